@@ -1,0 +1,252 @@
+"""Envelopes to bytes and back: msgpack, strict UTF-8, one envelope or a batch per frame.
+
+A frame is a msgpack array ``[WIRE_VERSION, kind, body]``: ``kind`` is 0 for one envelope (``body``
+is its field array) and 1 for a batch (``body`` is an array of field arrays). An envelope's fields
+travel as an array in :data:`FIELDS` order, which is both smaller and faster than a map.
+
+Strings are UTF-8 both ways with no replacement: a string that is not valid UTF-8 (or a Python
+string holding a lone surrogate) is a :class:`~reach.errors.CodecError`. Extension types are
+refused. Every failure of the underlying library is translated here, in :func:`_unpack`, and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from reach.errors import CodecError, ProtocolError
+from reach.protocol import Envelope
+
+WIRE_VERSION = 1
+_ONE, _BATCH = 0, 1
+
+#: Default maximum frame size in bytes (a session may negotiate another).
+DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
+
+#: Envelope fields in wire order. Appending a field needs a new WIRE_VERSION.
+FIELDS: tuple[str, ...] = (
+    "msg_id", "msg_type", "sender", "receiver", "payload", "payload_schema", "request_id",
+    "timeout_ms", "deadline", "trace_id", "session_id", "hops", "error_info", "timestamp",
+)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An envelope of a batch that could not be accepted, and why.
+
+    Attributes:
+        index: Its position in the batch.
+        error: The CodecError or ProtocolError that refused it.
+        msg_id: Its ``msg_id`` if that much could be read, so the sender can be told.
+        sender: Its ``sender`` if that much could be read.
+    """
+
+    index: int
+    error: ProtocolError
+    msg_id: str | None
+    sender: str | None
+
+
+class Codec:
+    """Encodes and decodes frames, refusing any larger than ``max_frame_bytes``.
+
+    Args:
+        max_frame_bytes: Largest frame accepted either way.
+    """
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        if max_frame_bytes <= 0:
+            raise CodecError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+
+    def encode(self, envelope: Envelope) -> bytes:
+        """Encodes one envelope as a frame.
+
+        Raises:
+            CodecError: a string is not encodable as UTF-8, a value has no msgpack form, or
+                the frame is larger than ``max_frame_bytes``.
+        """
+        return self._pack([WIRE_VERSION, _ONE, _fields(envelope)])
+
+    def encode_batch(self, envelopes: Iterable[Envelope]) -> bytes:
+        """Encodes several envelopes as one frame.
+
+        Raises:
+            CodecError: as for :meth:`encode`.
+        """
+        return self._pack([WIRE_VERSION, _BATCH, [_fields(e) for e in envelopes]])
+
+    def decode(self, data: bytes) -> Envelope:
+        """Decodes a frame holding exactly one envelope.
+
+        Raises:
+            CodecError: the bytes are not a valid single-envelope frame.
+            ProtocolError: the envelope breaks a protocol rule.
+        """
+        kind, body = self._frame(data)
+        if kind != _ONE:
+            raise CodecError(
+                f"expected a frame with one envelope, got a batch of {len(body)}",
+                details={"rule": "frame_kind"},
+            )
+        return _envelope(body)
+
+    def decode_batch(self, data: bytes) -> list[Envelope]:
+        """Decodes a frame (single or batch) into its envelopes, refusing it whole on any error.
+
+        Raises:
+            CodecError: the bytes are not a valid frame.
+            ProtocolError: an envelope breaks a protocol rule.
+        """
+        envelopes, refused = self.decode_batch_partial(data)
+        if refused:
+            raise refused[0].error
+        return envelopes
+
+    def decode_batch_partial(self, data: bytes) -> tuple[list[Envelope], list[Refused]]:
+        """Decodes a frame, keeping the good envelopes and saying why each bad one was refused.
+
+        One malformed envelope in a batch loses nothing else: the rest are returned.
+
+        Raises:
+            CodecError: the frame itself is not valid (then no envelope can be trusted).
+        """
+        kind, body = self._frame(data)
+        items = [body] if kind == _ONE else body
+        envelopes: list[Envelope] = []
+        refused: list[Refused] = []
+        for i, item in enumerate(items):
+            try:
+                envelopes.append(_envelope(item))
+            except ProtocolError as exc:
+                refused.append(Refused(i, exc, _peek(item, 0), _peek(item, 2)))
+        return envelopes, refused
+
+    def _pack(self, frame: list[Any]) -> bytes:
+        try:
+            data: bytes = msgpack.packb(frame, use_bin_type=True, unicode_errors="strict")
+        except UnicodeEncodeError as exc:
+            raise CodecError(
+                f"a string is not valid UTF-8 ({exc.reason} at position {exc.start})",
+                details={"rule": "utf8"},
+            ) from exc
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise CodecError(
+                f"a value has no msgpack form: {exc}", details={"rule": "type"}
+            ) from exc
+        if len(data) > self.max_frame_bytes:
+            raise _oversize(len(data), self.max_frame_bytes)
+        return data
+
+    def _frame(self, data: bytes) -> tuple[int, list[Any]]:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise CodecError(f"a frame must be bytes, got {type(data).__name__}")
+        if len(data) > self.max_frame_bytes:
+            raise _oversize(len(data), self.max_frame_bytes)
+        frame = _unpack(data)
+        if not (isinstance(frame, list) and len(frame) == 3):
+            raise CodecError(
+                "frame is not a 3-element array [version, kind, body]", details={"rule": "frame"}
+            )
+        version, kind, body = frame
+        if version != WIRE_VERSION or type(version) is not int:
+            raise CodecError(
+                f"unsupported wire version {version!r}; this side speaks {WIRE_VERSION}",
+                details={"rule": "wire_version"},
+            )
+        if kind not in (_ONE, _BATCH) or type(kind) is not int or not isinstance(body, list):
+            raise CodecError(f"unknown frame kind {kind!r}", details={"rule": "frame_kind"})
+        return kind, body
+
+
+def _fields(e: Envelope) -> list[Any]:
+    info = e.error_info
+    return [
+        e.msg_id, e.msg_type.value, e.sender, e.receiver, e.payload, e.payload_schema,
+        e.request_id, e.timeout_ms, e.deadline, e.trace_id, e.session_id, list(e.hops),
+        None if info is None else info.model_dump(mode="json"), e.timestamp,
+    ]
+
+
+def _envelope(item: Any) -> Envelope:
+    if not isinstance(item, list) or len(item) != len(FIELDS):
+        size = len(item) if isinstance(item, list) else type(item).__name__
+        raise CodecError(
+            f"an envelope must be an array of {len(FIELDS)} fields, got {size}",
+            details={"rule": "envelope_shape"},
+        )
+    return Envelope.parse(dict(zip(FIELDS, item, strict=True)))
+
+
+def _peek(item: Any, index: int) -> str | None:
+    if isinstance(item, list) and len(item) > index and isinstance(item[index], str):
+        peeked: str = item[index]
+        return peeked
+    return None
+
+
+def _reject_ext(code: int, _data: bytes) -> Any:
+    raise CodecError(f"msgpack extension type {code} is not allowed", details={"rule": "ext"})
+
+
+def _unpack(data: bytes | bytearray | memoryview) -> Any:
+    try:
+        return msgpack.unpackb(
+            data, raw=False, strict_map_key=True, ext_hook=_reject_ext, timestamp=0,
+            unicode_errors="strict",
+        )
+    except CodecError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise CodecError(
+            f"invalid UTF-8 in a string at byte {exc.start}: {exc.reason}", details={"rule": "utf8"}
+        ) from exc
+    except msgpack.ExtraData as exc:
+        raise CodecError("trailing bytes after the frame", details={"rule": "extra_data"}) from exc
+    except (ValueError, TypeError, RecursionError, OverflowError, MemoryError) as exc:
+        # msgpack's FormatError, StackError and OutOfData are ValueErrors; a non-string map key
+        # is a ValueError under strict_map_key; an unhashable one a TypeError.
+        reason = str(exc) or "unexpected or reserved byte"
+        raise CodecError(
+            f"malformed msgpack ({type(exc).__name__}): {reason}", details={"rule": "msgpack"}
+        ) from exc
+
+
+def _oversize(size: int, limit: int) -> CodecError:
+    return CodecError(
+        f"frame of {size} bytes exceeds the maximum frame size of {limit} bytes",
+        suggestion="send a smaller payload or negotiate a larger maximum message size",
+        details={"rule": "frame_size", "size": size, "limit": limit},
+    )
+
+
+def encode(envelope: Envelope) -> bytes:
+    """Encodes one envelope with the default codec (see :meth:`Codec.encode`)."""
+    return _default.encode(envelope)
+
+
+def decode(data: bytes) -> Envelope:
+    """Decodes one envelope with the default codec (see :meth:`Codec.decode`)."""
+    return _default.decode(data)
+
+
+def encode_batch(envelopes: Sequence[Envelope]) -> bytes:
+    """Encodes a batch with the default codec (see :meth:`Codec.encode_batch`)."""
+    return _default.encode_batch(envelopes)
+
+
+def decode_batch(data: bytes) -> list[Envelope]:
+    """Decodes a batch with the default codec (see :meth:`Codec.decode_batch`)."""
+    return _default.decode_batch(data)
+
+
+_default = Codec()
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES", "FIELDS", "WIRE_VERSION", "Codec", "Refused", "decode",
+    "decode_batch", "encode", "encode_batch",
+]

@@ -1,0 +1,267 @@
+"""The envelope every reach message travels in, and the rules it must keep.
+
+An :class:`Envelope` is frozen and always valid: building one that breaks a rule raises
+:class:`~reach.errors.ProtocolError` whose ``details["rule"]`` names the rule:
+
+========================  =====================================================================
+rule                      meaning
+========================  =====================================================================
+``empty_sender``          the sender ID is empty
+``empty_receiver``        the receiver (agent ID or capability) is empty
+``schema_missing``        the payload declares no schema
+``schema_ref_format``     the schema is not ``name@MAJOR.MINOR``
+``needs_request_id``      a response or error does not name the request it answers
+``request_timeout``       a request has no positive ``timeout_ms``
+``error_needs_info``      an error carries no ``error_info``
+``unknown_severity``      ``error_info.severity`` is not retryable, degradable or fatal
+``field_type``            a field has the wrong type (the field is named)
+========================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
+
+from reach.errors import ErrorInfo, ProtocolError, ReachError, error_from_info
+from reach.schemas import is_schema_ref, registry
+
+#: Schema of the (empty) payload of error envelopes.
+ERROR_SCHEMA = "reach.error@1.0"
+
+
+class MsgType(StrEnum):
+    """The five kinds of message."""
+
+    REQUEST = "request"
+    RESPONSE = "response"
+    NOTIFICATION = "notification"
+    EVENT = "event"
+    ERROR = "error"
+
+
+def new_id() -> str:
+    """A fresh random 128-bit identifier, as 32 hex digits."""
+    return uuid.uuid4().hex
+
+
+Payload = dict[StrictStr, Any]
+
+
+class Envelope(BaseModel):
+    """One message: who sends it to whom, what it carries and under which rules.
+
+    Attributes:
+        msg_id: Unique ID of this message.
+        msg_type: request, response, notification, event or error.
+        sender: ID of the sending agent (or of a driver).
+        receiver: ID of the receiving agent, or a capability for routed sends.
+        payload: The message body, a mapping valid under ``payload_schema``.
+        payload_schema: ``name@MAJOR.MINOR`` of the payload.
+        request_id: For responses and errors, the ``msg_id`` of the request answered.
+        timeout_ms: For requests, the time budget in milliseconds (positive).
+        deadline: For requests, the absolute deadline (seconds since the epoch).
+        trace_id: Shared by every message of one call chain.
+        session_id: The session the message belongs to, if any.
+        hops: Agent IDs the call chain has passed through, oldest first.
+        error_info: For errors, what went wrong and how bad it is.
+        timestamp: When the message was made (seconds since the epoch).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    msg_id: StrictStr = Field(default_factory=new_id)
+    msg_type: MsgType
+    sender: StrictStr
+    receiver: StrictStr
+    payload: Payload = {}
+    payload_schema: StrictStr = ""
+    request_id: StrictStr | None = None
+    timeout_ms: Annotated[int, Field(strict=True)] | None = None
+    deadline: float | None = None
+    trace_id: StrictStr = Field(default_factory=new_id)
+    session_id: StrictStr | None = None
+    hops: tuple[StrictStr, ...] = ()
+    error_info: ErrorInfo | None = None
+    timestamp: float = Field(default_factory=time.time)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _protocol_error(exc) from exc
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> Envelope:
+        """Validates a mapping of fields (as decoded from the wire) into an envelope.
+
+        Raises:
+            ProtocolError: a field is missing or mistyped, or a rule is broken.
+        """
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _protocol_error(exc) from exc
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Self:
+        # ProtocolError is not a ValueError, so pydantic lets it through unchanged.
+        if not self.sender:
+            raise _rule("empty_sender", "envelope has an empty sender")
+        if not self.receiver:
+            raise _rule("empty_receiver", "envelope has an empty receiver")
+        if not self.payload_schema:
+            raise _rule(
+                "schema_missing",
+                f"{self.msg_type.value} envelope declares no payload schema",
+                "set payload_schema to 'name@MAJOR.MINOR'",
+            )
+        if not is_schema_ref(self.payload_schema):
+            raise _rule(
+                "schema_ref_format",
+                f"payload schema {self.payload_schema!r} is not of the form name@MAJOR.MINOR",
+                "declare the schema as e.g. 'order.query@1.0'",
+            )
+        kind = self.msg_type
+        if kind in (MsgType.RESPONSE, MsgType.ERROR) and not self.request_id:
+            raise _rule(
+                "needs_request_id",
+                f"{kind.value} envelope has no request_id: it must answer a request",
+            )
+        if kind is MsgType.REQUEST and (self.timeout_ms is None or self.timeout_ms <= 0):
+            raise _rule(
+                "request_timeout",
+                f"request envelope needs a positive timeout_ms, got {self.timeout_ms!r}",
+            )
+        if kind is MsgType.ERROR and self.error_info is None:
+            raise _rule("error_needs_info", "error envelope carries no error_info")
+        return self
+
+    # -- builders ------------------------------------------------------------------------------
+
+    @classmethod
+    def request(
+        cls,
+        sender: str,
+        receiver: str,
+        payload: BaseModel | Mapping[str, Any],
+        schema: str | None = None,
+        *,
+        timeout_ms: int = 30_000,
+        **fields: Any,
+    ) -> Envelope:
+        """Builds a request; the deadline is ``timeout_ms`` from now unless given.
+
+        Raises:
+            ProtocolError: a rule is broken (see the module docstring).
+            UnknownSchema: ``payload`` is a model that is not registered and no ``schema`` is given.
+        """
+        body, ref = _body(payload, schema)
+        now = fields.pop("timestamp", None) or time.time()
+        fields.setdefault("deadline", now + timeout_ms / 1000 if timeout_ms > 0 else None)
+        return cls(
+            msg_type=MsgType.REQUEST, sender=sender, receiver=receiver, payload=body,
+            payload_schema=ref, timeout_ms=timeout_ms, timestamp=now, **fields,
+        )
+
+    @classmethod
+    def notification(
+        cls,
+        sender: str,
+        receiver: str,
+        payload: BaseModel | Mapping[str, Any],
+        schema: str | None = None,
+        **fields: Any,
+    ) -> Envelope:
+        """Builds a notification (no reply expected)."""
+        body, ref = _body(payload, schema)
+        return cls(
+            msg_type=MsgType.NOTIFICATION, sender=sender, receiver=receiver, payload=body,
+            payload_schema=ref, **fields,
+        )
+
+    @classmethod
+    def event(
+        cls,
+        sender: str,
+        receiver: str,
+        payload: BaseModel | Mapping[str, Any],
+        schema: str | None = None,
+        **fields: Any,
+    ) -> Envelope:
+        """Builds an event (a fact published to whoever listens on ``receiver``)."""
+        body, ref = _body(payload, schema)
+        return cls(
+            msg_type=MsgType.EVENT, sender=sender, receiver=receiver, payload=body,
+            payload_schema=ref, **fields,
+        )
+
+    def reply(
+        self, payload: BaseModel | Mapping[str, Any], schema: str | None = None, *, sender: str = ""
+    ) -> Envelope:
+        """Builds the response to this request, keeping its trace and session."""
+        body, ref = _body(payload, schema)
+        return Envelope(
+            msg_type=MsgType.RESPONSE, sender=sender or self.receiver, receiver=self.sender,
+            payload=body, payload_schema=ref, request_id=self.msg_id, trace_id=self.trace_id,
+            session_id=self.session_id, hops=self.hops,
+        )
+
+    def fail(self, error: ReachError | ErrorInfo, *, sender: str = "") -> Envelope:
+        """Builds the error envelope answering this request."""
+        info = error.to_info() if isinstance(error, ReachError) else error
+        return Envelope(
+            msg_type=MsgType.ERROR, sender=sender or self.receiver, receiver=self.sender,
+            payload_schema=ERROR_SCHEMA, request_id=self.msg_id, trace_id=self.trace_id,
+            session_id=self.session_id, hops=self.hops, error_info=info,
+        )
+
+    def to_error(self) -> ReachError:
+        """Returns the typed error an error envelope describes.
+
+        Raises:
+            ProtocolError: this envelope is not an error envelope.
+        """
+        if self.error_info is None:
+            raise _rule("error_needs_info", f"{self.msg_type.value} envelope carries no error")
+        return error_from_info(self.error_info)
+
+    def remaining_ms(self, now: float) -> float | None:
+        """Milliseconds left before the deadline at time ``now`` (None when there is none)."""
+        return None if self.deadline is None else (self.deadline - now) * 1000
+
+
+def _body(payload: BaseModel | Mapping[str, Any], schema: str | None) -> tuple[dict[str, Any], str]:
+    if isinstance(payload, BaseModel):
+        return payload.model_dump(mode="python"), schema or registry.ref_of(type(payload))
+    return dict(payload), schema or ""
+
+
+def _rule(rule: str, message: str, suggestion: str = "") -> ProtocolError:
+    return ProtocolError(message, suggestion=suggestion, details={"rule": rule})
+
+
+def _protocol_error(exc: ValidationError) -> ProtocolError:
+    first = exc.errors(include_url=False)[0]
+    loc = tuple(str(p) for p in first["loc"])
+    field = ".".join(loc) or "(envelope)"
+    if loc[:2] == ("error_info", "severity"):
+        return _rule(
+            "unknown_severity",
+            f"error_info.severity must be retryable, degradable or fatal, got {first['input']!r}",
+        )
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(envelope)'}: {e['msg']}"
+        for e in exc.errors(include_url=False)[:5]
+    )
+    err = _rule("field_type", f"invalid envelope field {field}: {problems}")
+    err.details["field"] = field
+    return err
+
+
+__all__ = ["ERROR_SCHEMA", "Envelope", "MsgType", "Payload", "new_id"]
