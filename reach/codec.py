@@ -158,8 +158,12 @@ class Codec:
                 f"unsupported wire version {version!r}; this side speaks {WIRE_VERSION}",
                 details={"rule": "wire_version"},
             )
-        if kind not in (_ONE, _BATCH) or type(kind) is not int or not isinstance(body, list):
+        if kind not in (_ONE, _BATCH) or type(kind) is not int:
             raise CodecError(f"unknown frame kind {kind!r}", details={"rule": "frame_kind"})
+        if not isinstance(body, list):
+            raise CodecError(
+                f"frame body must be an array, got {type(body).__name__}", details={"rule": "frame"}
+            )
         return kind, body
 
 
@@ -179,7 +183,13 @@ def _envelope(item: Any) -> Envelope:
             f"an envelope must be an array of {len(FIELDS)} fields, got {size}",
             details={"rule": "envelope_shape"},
         )
-    return Envelope.parse(dict(zip(FIELDS, item, strict=True)))
+    try:
+        return Envelope.parse(dict(zip(FIELDS, item, strict=True)))
+    except RecursionError as exc:
+        # msgpack nests up to 1024 levels, deeper than Python can repr or validate some fields.
+        raise CodecError(
+            "an envelope field is nested too deeply to validate", details={"rule": "depth"}
+        ) from exc
 
 
 def _peek(item: Any, index: int) -> str | None:
@@ -195,8 +205,9 @@ def _reject_ext(code: int, _data: bytes) -> Any:
 
 def _unpack(data: bytes | bytearray | memoryview) -> Any:
     try:
+        # max_ext_len=0 also refuses the timestamp extension (-1), which bypasses ext_hook.
         return msgpack.unpackb(
-            data, raw=False, strict_map_key=True, ext_hook=_reject_ext, timestamp=0,
+            data, raw=False, strict_map_key=True, ext_hook=_reject_ext, max_ext_len=0, timestamp=0,
             unicode_errors="strict",
         )
     except CodecError:
@@ -208,6 +219,9 @@ def _unpack(data: bytes | bytearray | memoryview) -> Any:
     except msgpack.ExtraData as exc:
         raise CodecError("trailing bytes after the frame", details={"rule": "extra_data"}) from exc
     except (ValueError, TypeError, RecursionError, OverflowError, MemoryError) as exc:
+        if "max_ext_len" in str(exc):
+            msg = "msgpack extension types are not allowed"
+            raise CodecError(msg, details={"rule": "ext"}) from exc
         # msgpack's FormatError, StackError and OutOfData are ValueErrors; a non-string map key
         # is a ValueError under strict_map_key; an unhashable one a TypeError.
         reason = str(exc) or "unexpected or reserved byte"

@@ -20,6 +20,7 @@ rule                      meaning
 
 from __future__ import annotations
 
+import reprlib
 import time
 import uuid
 from collections.abc import Mapping
@@ -253,7 +254,8 @@ def _protocol_error(exc: ValidationError) -> ProtocolError:
     if loc[:2] == ("error_info", "severity"):
         return _rule(
             "unknown_severity",
-            f"error_info.severity must be retryable, degradable or fatal, got {first['input']!r}",
+            "error_info.severity must be retryable, degradable or fatal, got "
+            + reprlib.repr(first["input"]),
         )
     problems = "; ".join(
         f"{'.'.join(str(p) for p in e['loc']) or '(envelope)'}: {e['msg']}"

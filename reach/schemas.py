@@ -25,7 +25,7 @@ from reach.errors import (
 
 _NAME = r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*"
 _NUM = r"0|[1-9][0-9]{0,5}"
-_REF = re.compile(rf"^({_NAME})@({_NUM})\.({_NUM})$")
+_REF = re.compile(rf"^({_NAME})@({_NUM})\.({_NUM})\Z")
 
 M = TypeVar("M", bound=type[BaseModel])
 

@@ -1,0 +1,143 @@
+"""Codec cost per envelope: reach (encode + decode + validate) beside plain pickle, same run.
+
+Run as ``python bench/codec.py``. Each case is timed for about 0.3 s per repeat, best of five;
+figures are microseconds per envelope. Results go to ``bench/results/codec.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import platform
+import sys
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from reach import Codec, Envelope, SchemaRegistry
+
+REPEATS = 5
+SECONDS_PER_REPEAT = 0.3
+BATCH_SIZES = (1, 10, 100)
+RESULTS = Path(__file__).resolve().parent / "results" / "codec.json"
+SCHEMA = "order.line@1.0"
+
+
+class OrderLine(BaseModel):
+    """The benchmark's payload: a short order line."""
+
+    order_id: str
+    description: str
+    quantity: int
+
+
+def _envelope(i: int) -> Envelope:
+    payload = {"order_id": f"A-{1024 + i}", "description": "无线蓝牙耳机（黑色）", "quantity": 2}
+    return Envelope.request("router", "order-agent", payload, SCHEMA, timeout_ms=5000,
+                            session_id="s-42", hops=("driver", "router"))
+
+
+def _best_us_per_call(fn: Callable[[], object]) -> float:
+    """Best time of one call to ``fn`` over REPEATS timed loops, in microseconds."""
+    loops, elapsed = 1, 0.0
+    while elapsed < 0.05:
+        loops *= 2
+        start = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        elapsed = time.perf_counter() - start
+    loops = max(1, int(loops * SECONDS_PER_REPEAT / elapsed))
+    best = math.inf
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        best = min(best, time.perf_counter() - start)
+    return best / loops * 1e6
+
+
+def _case(codec: Codec, schemas: SchemaRegistry, size: int | None) -> dict[str, Any]:
+    """Times one case: a single frame (``size`` None) or a batch frame of ``size`` envelopes."""
+    envelopes = [_envelope(i) for i in range(size or 1)]
+    as_dicts = [e.model_dump(mode="json") for e in envelopes]
+    if size is None:
+        frame = codec.encode(envelopes[0])
+        pickled = pickle.dumps(as_dicts[0], protocol=pickle.HIGHEST_PROTOCOL)
+
+        def reach_round() -> list[Envelope]:
+            return [codec.decode(codec.encode(envelopes[0]))]
+
+        def pickle_round() -> object:
+            return pickle.loads(pickle.dumps(as_dicts[0], protocol=pickle.HIGHEST_PROTOCOL))
+    else:
+        frame = codec.encode_batch(envelopes)
+        pickled = pickle.dumps(as_dicts, protocol=pickle.HIGHEST_PROTOCOL)
+
+        def reach_round() -> list[Envelope]:
+            return codec.decode_batch(codec.encode_batch(envelopes))
+
+        def pickle_round() -> object:
+            return pickle.loads(pickle.dumps(as_dicts, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def reach_with_schema() -> list[BaseModel]:
+        return [schemas.read(e.payload, e.payload_schema, SCHEMA) for e in reach_round()]
+
+    assert reach_round() == envelopes
+    assert [m.model_dump() for m in reach_with_schema()] == [e.payload for e in envelopes]
+    n = len(envelopes)
+    reach_us = _best_us_per_call(reach_round) / n
+    schema_us = _best_us_per_call(reach_with_schema) / n
+    pickle_us = _best_us_per_call(pickle_round) / n
+    return {
+        "envelopes": n,
+        "reach_us": round(reach_us, 2),
+        "reach_schema_us": round(schema_us, 2),
+        "pickle_us": round(pickle_us, 2),
+        "reach_over_pickle": round(reach_us / pickle_us, 1),
+        "frame_bytes_per_envelope": round(len(frame) / n, 1),
+        "pickle_bytes_per_envelope": round(len(pickled) / n, 1),
+    }
+
+
+def main() -> None:
+    """Runs every case, prints a table and writes the JSON results."""
+    codec, schemas = Codec(), SchemaRegistry()
+    schemas.register(SCHEMA, OrderLine)
+    cases = {"single": _case(codec, schemas, None)}
+    cases |= {f"batch {size}": _case(codec, schemas, size) for size in BATCH_SIZES}
+
+    print("µs per envelope (encode + decode + validate; best of "
+          f"{REPEATS} × ~{SECONDS_PER_REPEAT} s); +schema also reads the payload's schema\n")
+    print(f"{'case':<10} {'reach':>8} {'+schema':>9} {'pickle':>8} {'reach/pickle':>13} "
+          f"{'bytes':>7} {'pickle bytes':>13}")
+    for name, row in cases.items():
+        print(f"{name:<10} {row['reach_us']:>8.2f} {row['reach_schema_us']:>9.2f} "
+              f"{row['pickle_us']:>8.2f} {row['reach_over_pickle']:>12.1f}x "
+              f"{row['frame_bytes_per_envelope']:>7.1f} {row['pickle_bytes_per_envelope']:>13.1f}")
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "unit": "microseconds per envelope",
+        "columns": {
+            "reach_us": "Codec encode + decode (envelope validation included)",
+            "reach_schema_us": "reach_us plus SchemaRegistry.read of each payload",
+            "pickle_us": "pickle dumps + loads of the envelope's fields as a plain dict",
+        },
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "msgpack": version("msgpack"),
+        "pydantic": version("pydantic"),
+        "repeats": REPEATS,
+        "cases": cases,
+    }
+    RESULTS.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
