@@ -12,6 +12,7 @@ Every error reach raises is a :class:`ReachError`. Names say the cause::
     │   │   └── InvalidPayload       the payload does not validate against its schema
     │   └── LoopDetected         a cycle in the hop chain, or a chain that is too long (fatal)
     ├── AgentNotFound            no agent has that ID
+    ├── AgentAlreadyExists       an agent with that ID is already live
     ├── NoCapableAgent           no online agent holds the capability
     ├── AgentUnavailable         the agent's host is dead or unreachable (retryable)
     ├── RequestTimeout           the deadline passed before a reply came (retryable)
@@ -212,6 +213,12 @@ class AgentNotFound(ReachError):
     code = "agent_not_found"
 
 
+class AgentAlreadyExists(ReachError):
+    """An agent with the given ID is already live; IDs are unique while an agent lives."""
+
+    code = "agent_exists"
+
+
 class NoCapableAgent(ReachError):
     """No online agent holds the capability; ``details`` name the closest matches."""
 
@@ -253,6 +260,7 @@ class HandlerError(ReachError):
 
 
 __all__ = [
+    "AgentAlreadyExists",
     "AgentNotFound",
     "AgentUnavailable",
     "AuthError",

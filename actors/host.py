@@ -1,0 +1,182 @@
+"""The AgentHost actor: one agent (dedicated placement) or many (a packed pool host).
+
+Thin by design: it decodes frames, hands replies to the transport and requests to each agent's
+runner, heartbeats the registry once for all its agents, and re-registers them when the registry
+answers that it does not know them (after a registry restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+
+from actors._mem import rss_bytes
+from reach.agent import Agent
+from reach.client import Directory, Link
+from reach.errors import AgentAlreadyExists, ReachError
+from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
+from reach.runner import AgentRunner, ReplySink
+from reach.transport import Transport
+
+log = logging.getLogger("reach.host")
+
+#: How long a deliver call waits for its handlers so that fast replies ride back in its return.
+LINGER_S = 0.002
+
+
+@ray.remote
+class AgentHost:
+    """Hosts agents and delivers envelopes to them.
+
+    Args:
+        name: This host's actor name (its endpoint).
+        namespace: Ray namespace of reach's named actors.
+        registry: Handle of the Registry actor.
+        max_hops: Longest call chain accepted.
+        default_timeout_ms: Timeout of requests made from handlers that give none.
+    """
+
+    def __init__(self, name: str, namespace: str, registry: Any, max_hops: int,
+                 default_timeout_ms: int) -> None:
+        self.name = name
+        self.registry = registry
+        self.directory = Directory(self.registry)
+        self.transport = Transport(name, namespace, on_dead_endpoint=self.directory.drop_endpoint)
+        self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
+        self.node = ray.get_runtime_context().get_node_id()
+        self.runners: dict[str, AgentRunner] = {}
+        self.epochs: dict[str, int] = {}
+        self.interval_s = 10.0
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._stopped: asyncio.Event | None = None
+
+    def _stop_event(self) -> asyncio.Event:
+        if self._stopped is None:
+            self._stopped = asyncio.Event()
+        return self._stopped
+
+    async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        """Constructs, starts and registers agents; returns their registry entries.
+
+        Raises:
+            AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
+            Exception: whatever an agent's constructor or on_start raised.
+        """
+        taken = [i for i in agent_ids if i in self.runners]
+        if taken:
+            raise AgentAlreadyExists(f"agent {taken[0]!r} is already live on host {self.name}",
+                                     details={"agent_id": taken[0], "host": self.name})
+        fresh: dict[str, AgentRunner] = {}
+        for agent_id in agent_ids:
+            agent = cls(*args, **kwargs)
+            agent.id = agent_id
+            await agent.on_start()
+            fresh[agent_id] = AgentRunner(agent, self.link)
+        entries = [self._entry(r.agent) for r in fresh.values()]
+        epochs = await self.registry.register_many.remote(entries, True)
+        for entry, epoch in zip(entries, epochs, strict=True):
+            entry["epoch"] = self.epochs[entry["agent_id"]] = epoch
+        self.runners.update(fresh)
+        self._start_heartbeat()
+        return entries
+
+    def _entry(self, agent: Agent) -> dict[str, Any]:
+        return {"agent_id": agent.id, "capabilities": list(agent.capabilities),
+                "description": agent.description, "host": self.name, "node": self.node,
+                "epoch": self.epochs.get(agent.id, 0)}
+
+    async def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> int:
+        """Deregisters agents first, lets their in-flight handlers finish, then drops them."""
+        here = [i for i in agent_ids if i in self.runners]
+        await self.registry.deregister.remote(here, self.name)
+        runners = [self.runners.pop(i) for i in here]
+        await asyncio.gather(*(r.stop(timeout_s) for r in runners))
+        return len(runners)
+
+    async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], bytes | None]:
+        """Takes a frame of envelopes.
+
+        Returns the IDs of requests for agents not on this host, and a frame of the replies that
+        were ready within the linger (fast handlers answer in the same Ray call); later replies
+        are sent to ``reply_to``.
+        """
+        envelopes, refused = self.transport.codec.decode_batch_partial(frame)
+        sink = ReplySink(self.transport.post, reply_to)
+        for bad in refused:
+            self._refuse(bad.msg_id, bad.sender, bad.error, sink)
+        not_here: list[str] = []
+        tasks = []
+        for env in envelopes:
+            if env.request_id is not None and env.msg_type is not MsgType.REQUEST:
+                self.transport.accept(env)
+                continue
+            runner = self.runners.get(env.receiver)
+            if runner is None:
+                if env.msg_type is MsgType.REQUEST:
+                    not_here.append(env.msg_id)
+                continue
+            task = runner.deliver(env, sink)
+            if task is not None:
+                tasks.append(task)
+        if tasks:
+            await asyncio.wait(tasks, timeout=LINGER_S)
+        replies = sink.close()
+        return not_here, self.transport.codec.encode_batch(replies) if replies else None
+
+    def _refuse(self, msg_id: str | None, sender: str | None, error: ReachError,
+                sink: ReplySink) -> None:
+        if msg_id is None or not sender:
+            log.warning("refused an unreadable envelope from %s: %s", sink.reply_to, error)
+            return
+        sink.send(Envelope(
+            msg_type=MsgType.ERROR, sender=self.name, receiver=sender, request_id=msg_id,
+            payload_schema=ERROR_SCHEMA, error_info=error.to_info()))
+
+    async def watch(self) -> None:
+        """Returns only when this host stops; a caller's open watch fails the moment it dies."""
+        await self._stop_event().wait()
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Removes every agent gracefully, then releases the watches."""
+        await self.remove_agents(list(self.runners), timeout_s)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        self._stop_event().set()
+
+    async def info(self) -> dict[str, Any]:
+        """Agents here with their in-flight counts, transport counters and resident memory."""
+        return {"host": self.name, "node": self.node, "rss_bytes": rss_bytes(),
+                "agents": {i: r.inflight for i, r in self.runners.items()},
+                "batches_sent": self.transport.batches_sent,
+                "envelopes_sent": self.transport.envelopes_sent}
+
+    async def count(self) -> int:
+        """Number of agents on this host."""
+        return len(self.runners)
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is None:
+            self._heartbeat = asyncio.get_running_loop().create_task(self._beat_forever())
+
+    async def _beat_forever(self) -> None:
+        while True:
+            try:
+                await self.beat()
+            except Exception as exc:  # the registry may be restarting: beat again later
+                log.warning("heartbeat from %s failed: %s", self.name, exc)
+            await asyncio.sleep(self.interval_s)
+
+    async def beat(self) -> list[str]:
+        """Sends one heartbeat; re-registers agents the registry does not know. Returns them."""
+        loads = {i: r.inflight for i, r in self.runners.items()}
+        unknown, self.interval_s = await self.registry.heartbeat.remote(self.name, loads)
+        if unknown:
+            entries = [self._entry(self.runners[i].agent) for i in unknown if i in self.runners]
+            epochs = await self.registry.register_many.remote(entries, False)
+            for entry, epoch in zip(entries, epochs, strict=True):
+                self.epochs[entry["agent_id"]] = epoch
+        return list(unknown)

@@ -1,0 +1,178 @@
+"""The Registry actor: who is where, with which capabilities, and whether they are alive.
+
+It is a named, detached actor that Ray restarts when its process dies; it then starts empty and
+rebuilds its table within one heartbeat interval, because every host whose heartbeat is answered
+with "unknown" agents re-registers them. It is never in the message path: clients resolve IDs and
+capabilities here and cache the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import ray
+
+from actors._mem import rss_bytes
+from policies.discovery import Candidate, close_matches, find_holders, match_kind
+from policies.routing import heartbeat_expired, next_epoch
+from reach.errors import AgentAlreadyExists
+
+ONLINE, OFFLINE = "online", "offline"
+
+
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class Registry:
+    """Agent records, capability index and heartbeat expiry.
+
+    Args:
+        interval_s: Heartbeat interval hosts are told to keep.
+        misses: Heartbeats a host may miss before its agents are marked offline.
+    """
+
+    def __init__(self, interval_s: float = 10.0, misses: int = 3) -> None:
+        self.interval_s = interval_s
+        self.misses = misses
+        self.records: dict[str, dict[str, Any]] = {}
+        self.by_tag: dict[str, set[str]] = {}
+        self.last_seen: dict[str, float] = {}
+        self._expiry: asyncio.Task[None] | None = None
+
+    def _start(self) -> None:
+        if self._expiry is None:
+            self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+
+    async def configure(self, interval_s: float, misses: int) -> None:
+        """Changes the heartbeat interval and miss count (hosts pick it up on their next beat)."""
+        self.interval_s, self.misses = interval_s, misses
+
+    async def register_many(self, entries: list[dict[str, Any]], exclusive: bool) -> list[int]:
+        """Registers agents (forcing them online) and returns their epochs.
+
+        With ``exclusive``, an ID live on another host is refused and nothing is registered.
+
+        Raises:
+            AgentAlreadyExists: an ID is already live elsewhere (exclusive only).
+        """
+        self._start()
+        if exclusive:
+            for e in entries:
+                old = self.records.get(e["agent_id"])
+                if old is not None and old["status"] != OFFLINE and old["host"] != e["host"]:
+                    raise AgentAlreadyExists(
+                        f"agent {e['agent_id']!r} is already live on host {old['host']}",
+                        suggestion="stop it first, or choose another ID",
+                        details={"agent_id": e["agent_id"], "host": old["host"]},
+                    )
+        epochs = []
+        now = time.monotonic()
+        for e in entries:
+            old = self.records.get(e["agent_id"])
+            if old is not None:
+                self._unindex(old)
+            same = old is not None and old["host"] == e["host"]
+            epoch = next_epoch(None if old is None else old["epoch"], same, e.get("epoch", 0))
+            rec = {**e, "status": ONLINE, "load": 0, "epoch": epoch,
+                   "capabilities": list(e["capabilities"])}
+            self.records[e["agent_id"]] = rec
+            for tag in rec["capabilities"]:
+                self.by_tag.setdefault(tag, set()).add(rec["agent_id"])
+            self.last_seen[e["host"]] = now
+            epochs.append(epoch)
+        return epochs
+
+    def _unindex(self, rec: dict[str, Any]) -> None:
+        for tag in rec["capabilities"]:
+            ids = self.by_tag.get(tag)
+            if ids is not None:
+                ids.discard(rec["agent_id"])
+                if not ids:
+                    del self.by_tag[tag]
+
+    async def deregister(self, agent_ids: list[str], host: str) -> int:
+        """Removes agents registered by ``host``; returns how many were removed."""
+        removed = 0
+        for agent_id in agent_ids:
+            rec = self.records.get(agent_id)
+            if rec is not None and rec["host"] == host:
+                self._unindex(rec)
+                del self.records[agent_id]
+                removed += 1
+        return removed
+
+    async def heartbeat(self, host: str, loads: dict[str, int]) -> tuple[list[str], float]:
+        """Records that ``host`` is alive with these agents and loads.
+
+        Returns the agents this registry does not know (the host re-registers them) and the
+        heartbeat interval to keep.
+        """
+        self._start()
+        self.last_seen[host] = time.monotonic()
+        unknown = []
+        for agent_id, load in loads.items():
+            rec = self.records.get(agent_id)
+            if rec is None or rec["host"] != host:
+                unknown.append(agent_id)
+                continue
+            rec["load"] = load
+            rec["status"] = ONLINE
+        return unknown, self.interval_s
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(self.interval_s, 1.0))
+            self.expire(time.monotonic())
+
+    def expire(self, now: float) -> list[str]:
+        """Marks offline the agents of hosts that missed their heartbeats; returns their IDs."""
+        dead = {h for h, seen in self.last_seen.items()
+                if heartbeat_expired(seen, now, self.interval_s, self.misses)}
+        gone = []
+        for rec in self.records.values():
+            if rec["host"] in dead and rec["status"] != OFFLINE:
+                rec["status"] = OFFLINE
+                gone.append(rec["agent_id"])
+        return gone
+
+    async def lookup(self, agent_id: str) -> dict[str, Any] | None:
+        """The record of one agent, or None."""
+        return self.records.get(agent_id)
+
+    async def discover(self, capability: str, text: str | None = None, limit: int = 256,
+                       ) -> tuple[list[dict[str, Any]], list[str]]:
+        """Online holders of a capability (best first, at most ``limit``) and close tags."""
+        kinds = {tag: match_kind(capability, tag) for tag in self.by_tag}
+        matched = {t: k for t, k in kinds.items() if k is not None}
+        if not matched:
+            return [], close_matches(capability, self.by_tag)
+        best = min(matched.values())
+        ids = set().union(*(self.by_tag[t] for t, k in matched.items() if k == best))
+        recs = [self.records[i] for i in ids]
+        cands = [Candidate(r["agent_id"], tuple(r["capabilities"]), r["description"],
+                           r["status"] != OFFLINE, r["load"]) for r in recs]
+        ordered = find_holders(capability, cands, text=text)[:limit]
+        return [self.records[c.agent_id] for c in ordered], []
+
+    async def time_discover(self, queries: list[str], repeat: int) -> list[float]:
+        """Milliseconds this registry spends per discovery, for each query and repeat (bench)."""
+        times = []
+        for _ in range(repeat):
+            for query in queries:
+                t0 = time.perf_counter()
+                await self.discover(query)
+                times.append((time.perf_counter() - t0) * 1000)
+        return times
+
+    async def agents(self) -> list[dict[str, Any]]:
+        """Every record, sorted by agent ID."""
+        return [self.records[k] for k in sorted(self.records)]
+
+    async def size(self) -> int:
+        """Number of registered agents."""
+        return len(self.records)
+
+    async def stats(self) -> dict[str, Any]:
+        """Counts, and this process's resident memory in bytes."""
+        return {"agents": len(self.records), "tags": len(self.by_tag),
+                "hosts": len(self.last_seen), "rss_bytes": rss_bytes()}

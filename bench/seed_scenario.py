@@ -1,0 +1,152 @@
+"""Seed scenario: 20 agents, 100 requests in flight, a small payload with Chinese text.
+
+Three contestants in one process and one Ray session, one after the other:
+
+- raw:       20 plain async Ray actors, one actor call per message (what a user would write);
+- dedicated: 20 reach agents, each in its own AgentHost actor;
+- packed:    20 reach agents packed into a pool of 2 shared hosts.
+
+Prints msg/s and p50/p95/p99 latency for each and writes bench/results/seed_scenario.json.
+Run: ``python bench/seed_scenario.py [--messages N] [--inflight K] [--address ADDR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+from pydantic import BaseModel
+
+import reach
+
+RESULTS = Path(__file__).parent / "results"
+AGENTS = 20
+PAYLOAD = {"sku": "A-1024", "text": "蓝色羊毛围巾，手工编织，适合冬天 🧣", "qty": 2}
+
+
+@reach.schema("bench.item@1.0")
+class Item(BaseModel):
+    sku: str
+    text: str
+    qty: int
+
+
+class EchoAgent(reach.Agent):
+    capabilities = ("bench.echo",)
+    description = "Echoes an item back with its quantity doubled."
+
+    @reach.handler(Item, returns=Item)
+    async def echo(self, ctx: reach.Context, item: Item) -> Item:
+        return Item(sku=item.sku, text=item.text, qty=item.qty * 2)
+
+
+@ray.remote
+class RawActor:
+    async def echo(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"sku": item["sku"], "text": item["text"], "qty": item["qty"] * 2}
+
+
+async def drive(send: Callable[[int], Awaitable[Any]], total: int, inflight: int
+                ) -> dict[str, float]:
+    """Keeps ``inflight`` requests outstanding until ``total`` are done; returns the figures."""
+    latencies: list[float] = []
+    next_i = 0
+
+    async def worker() -> None:
+        nonlocal next_i
+        while next_i < total:
+            i = next_i
+            next_i += 1
+            t0 = time.perf_counter()
+            await send(i)
+            latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    wall = time.perf_counter() - started
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    return {"messages": total, "seconds": round(wall, 3), "msgs_per_s": round(total / wall, 1),
+            "p50_ms": round(q[49] * 1000, 2), "p95_ms": round(q[94] * 1000, 2),
+            "p99_ms": round(q[98] * 1000, 2)}
+
+
+async def run_raw(total: int, inflight: int) -> dict[str, float]:
+    actors = [RawActor.remote() for _ in range(AGENTS)]
+    await asyncio.gather(*(a.echo.remote(PAYLOAD) for a in actors))
+
+    async def send(i: int) -> Any:
+        out = await actors[i % AGENTS].echo.remote(PAYLOAD)
+        assert out["qty"] == 4
+        return out
+
+    await drive(send, min(total, 500), inflight)  # warm-up
+    result = await drive(send, total, inflight)
+    for a in actors:
+        ray.kill(a)
+    return result
+
+
+async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, total: int,
+                    inflight: int) -> dict[str, float]:
+    ids = [f"{prefix}-{i}" for i in range(AGENTS)]
+    await rt.spawn_many(EchoAgent, ids, placement=placement)
+    item = Item(**PAYLOAD)
+
+    async def send(i: int) -> Any:
+        reply = await rt.client.request(ids[i % AGENTS], item)
+        assert reply.payload["qty"] == 4
+        return reply
+
+    await drive(send, min(total, 500), inflight)  # warm-up
+    sent0, batches0 = rt.transport.envelopes_sent, rt.transport.batches_sent
+    result = await drive(send, total, inflight)
+    batches = rt.transport.batches_sent - batches0
+    result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
+    for agent_id in ids:
+        await rt.stop(agent_id)
+    return result
+
+
+def show(name: str, r: dict[str, float]) -> None:
+    print(f"{name:<10} {r['msgs_per_s']:>9.0f} msg/s   p50 {r['p50_ms']:>7.1f} ms   "
+          f"p95 {r['p95_ms']:>7.1f} ms   p99 {r['p99_ms']:>7.1f} ms")
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    rt = reach.init(address=args.address, log_to_driver=False)
+    results: dict[str, Any] = {}
+    print(f"{AGENTS} agents, {args.inflight} requests in flight, {args.messages} messages each")
+    results["raw"] = await run_raw(args.messages, args.inflight)
+    show("raw", results["raw"])
+    results["dedicated"] = await run_reach(rt, reach.Dedicated(), "ded", args.messages,
+                                           args.inflight)
+    show("dedicated", results["dedicated"])
+    results["packed"] = await run_reach(rt, reach.Packed(pool="bench", size=2), "pk",
+                                        args.messages, args.inflight)
+    show("packed", results["packed"])
+    raw = results["raw"]["msgs_per_s"]
+    for name in ("dedicated", "packed"):
+        results[name]["x_raw"] = round(results[name]["msgs_per_s"] / raw, 2)
+    print(f"dedicated {results['dedicated']['x_raw']}x raw, "
+          f"packed {results['packed']['x_raw']}x raw")
+    rt.shutdown()
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--inflight", type=int, default=100)
+    parser.add_argument("--address", default=None)
+    figures = asyncio.run(main(parser.parse_args()))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "seed_scenario.json").write_text(json.dumps(figures, indent=2) + "\n",
+                                                encoding="utf-8")
+    print(f"wrote {RESULTS / 'seed_scenario.json'}")

@@ -1,0 +1,214 @@
+"""The Agent base class a user subclasses, the ``@handler`` decorator, and where agents run.
+
+Example::
+
+    class OrderAgent(reach.Agent):
+        capabilities = ("order.query",)
+        description = "Answers questions about an order's status. Needs an order ID."
+
+        @reach.handler(OrderQuery, returns=OrderStatus)
+        async def query(self, ctx: reach.Context, q: OrderQuery) -> OrderStatus:
+            return OrderStatus(order_id=q.order_id, status="shipped")
+
+A handler bound to ``order.query@1.2`` receives any ``order.query@1.x`` payload (see
+:mod:`reach.schemas`). A handler written as an async generator streams its reply in chunks.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from reach.errors import InvalidPayload, SchemaError, SchemaIncompatible
+from reach.schemas import SchemaRef, registry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """What a handler reads and returns; the models travel with the agent class to its host."""
+
+    method: str
+    reads: str
+    model: type[BaseModel] | None
+    returns: str | None
+    returns_model: type[BaseModel] | None
+    streaming: bool
+
+    def read(self, payload: Mapping[str, Any], declared: str) -> BaseModel | dict[str, Any]:
+        """Validates a payload declared as ``declared`` with this handler's reader model.
+
+        Raises:
+            SchemaIncompatible: name or major differ from what the handler reads.
+            InvalidPayload: the payload does not validate.
+        """
+        got, want = SchemaRef.parse(declared), SchemaRef.parse(self.reads)
+        if (got.name, got.major) != (want.name, want.major):
+            raise SchemaIncompatible(
+                f"handler {self.method} reads {want} but the payload is {got}",
+                details={"declared": str(got), "reader": str(want)},
+            )
+        if self.model is None:
+            return dict(payload)
+        try:
+            return self.model.model_validate(payload)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                for e in exc.errors(include_url=False)[:5]
+            )
+            raise InvalidPayload(
+                f"payload does not match {got}: {problems}", details={"declared": str(got)}
+            ) from exc
+
+
+def handler(reads: type[BaseModel] | str, *, returns: type[BaseModel] | str | None = None
+            ) -> Callable[[F], F]:
+    """Binds an async method (or async generator, for streaming) to a payload schema.
+
+    Args:
+        reads: The payload model (registered with :func:`reach.schema`) or a schema ref; with a
+            ref alone the handler receives the payload as a dict.
+        returns: The reply model or schema ref; needed only when the handler returns a dict.
+
+    Raises:
+        UnknownSchema: a model is given that is not registered.
+        SchemaError: the decorated function is not async.
+    """
+
+    def decorate(fn: F) -> F:
+        if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+            raise SchemaError(f"handler {fn.__qualname__} must be an async def")
+        reads_ref, model = _resolve(reads)
+        ret_ref, ret_model = _resolve(returns) if returns is not None else (None, None)
+        fn.__reach_handler__ = HandlerSpec(  # type: ignore[attr-defined]
+            fn.__name__, reads_ref, model, ret_ref, ret_model, inspect.isasyncgenfunction(fn)
+        )
+        return fn
+
+    return decorate
+
+
+def _resolve(schema: type[BaseModel] | str) -> tuple[str, type[BaseModel] | None]:
+    if isinstance(schema, str):
+        return str(SchemaRef.parse(schema)), None
+    return registry.ref_of(schema), schema
+
+
+class Agent:
+    """Base class of every reach agent.
+
+    Class attributes:
+        capabilities: Dotted capability tags, e.g. ``("order.query", "order.refund")``.
+        description: What the agent is good at, what it is not, and its preconditions.
+
+    The host sets :attr:`id` before :meth:`on_start`. Handlers are methods decorated with
+    :func:`handler`.
+    """
+
+    capabilities: ClassVar[tuple[str, ...]] = ()
+    description: ClassVar[str] = ""
+    _handlers: ClassVar[dict[tuple[str, int], HandlerSpec]] = {}
+    id: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        handlers: dict[tuple[str, int], HandlerSpec] = {}
+        for klass in reversed(cls.__mro__):
+            for value in vars(klass).values():
+                spec: HandlerSpec | None = getattr(value, "__reach_handler__", None)
+                if spec is None:
+                    continue
+                ref = SchemaRef.parse(spec.reads)
+                key = (ref.name, ref.major)
+                clash = handlers.get(key)
+                if clash is not None and clash.method != spec.method and klass is cls:
+                    raise SchemaError(
+                        f"{cls.__qualname__} has two handlers for {ref.name}@{ref.major}.x: "
+                        f"{clash.method} and {spec.method}"
+                    )
+                handlers[key] = spec
+        cls._handlers = handlers
+        cls.capabilities = tuple(cls.capabilities)
+
+    @classmethod
+    def handler_specs(cls) -> list[HandlerSpec]:
+        """The handlers of this agent class."""
+        return list(cls._handlers.values())
+
+    @classmethod
+    def handler_for(cls, declared: str) -> HandlerSpec:
+        """The handler that reads payloads declared as ``declared``.
+
+        Raises:
+            SchemaError: ``declared`` is malformed.
+            SchemaIncompatible: no handler reads that schema's name and major (fatal).
+        """
+        ref = SchemaRef.parse(declared)
+        spec = cls._handlers.get((ref.name, ref.major))
+        if spec is None:
+            reads = ", ".join(sorted(s.reads for s in cls._handlers.values())) or "nothing"
+            raise SchemaIncompatible(
+                f"{cls.__qualname__} has no handler for {ref}; it reads {reads}",
+                details={"declared": str(ref)},
+            )
+        return spec
+
+    @classmethod
+    def schema_models(cls) -> dict[str, type[BaseModel]]:
+        """Every model this agent reads or returns, by ref (re-registered in its host process)."""
+        models: dict[str, type[BaseModel]] = {}
+        for spec in cls._handlers.values():
+            if spec.model is not None:
+                models[spec.reads] = spec.model
+            if spec.returns is not None and spec.returns_model is not None:
+                models[spec.returns] = spec.returns_model
+        return models
+
+    async def on_start(self) -> None:
+        """Called once in the host after the agent is constructed and before it is registered."""
+
+    async def on_stop(self) -> None:
+        """Called once when the agent is stopped."""
+
+
+@dataclass(frozen=True)
+class Dedicated:
+    """Placement of one agent in its own Ray actor, with its own resources.
+
+    Attributes:
+        num_cpus: CPUs reserved for the agent's actor (Ray's default when None).
+        num_gpus: GPUs reserved.
+        memory: Bytes of memory reserved.
+        resources: Custom resources, e.g. ``{"node_b": 0.01}`` to pin to a node.
+        node_id: Hex ID of the node to run on (soft affinity: elsewhere if it is gone).
+    """
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    memory: int | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+    node_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Placement of a light agent in a pool of shared hosts (many agents per Ray actor).
+
+    Attributes:
+        pool: Name of the pool; pools are created on first use and shared by drivers.
+        size: Number of hosts in the pool (used when the pool is created).
+    """
+
+    pool: str = "default"
+    size: int = 2
+
+
+Placement = Dedicated | Packed
+
+__all__ = ["Agent", "Dedicated", "HandlerSpec", "Packed", "Placement", "handler"]

@@ -1,0 +1,170 @@
+"""Running one delivered envelope through an agent's handler, and replying.
+
+This is the part of a host that knows about agents and handlers but not about Ray: the host actor
+decodes frames and calls :meth:`AgentRunner.deliver`; replies leave through the process's
+transport. A handler's exception never kills its agent: a ReachError keeps its severity, anything
+else becomes a retryable HandlerError naming the exception's type and message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from policies.routing import check_hops
+from reach.agent import Agent, HandlerSpec
+from reach.client import Context, Link
+from reach.errors import HandlerError, ProtocolError, ReachError, RequestTimeout
+from reach.protocol import Envelope, MsgType
+from reach.schemas import registry
+from reach.transport import STREAM_END_SCHEMA
+
+log = logging.getLogger("reach.runner")
+
+#: Schema of the empty reply of a handler that returns None.
+ACK_SCHEMA = "reach.ack@1.0"
+
+
+class ReplySink:
+    """Where the replies to one ``deliver`` call go.
+
+    While the call is open, replies are collected and travel back in its return value (no extra
+    Ray call for a fast handler); once closed, they are posted to the sender's endpoint.
+    """
+
+    def __init__(self, post: Callable[[str, Envelope], None], reply_to: str) -> None:
+        self._post = post
+        self.reply_to = reply_to
+        self.collected: list[Envelope] | None = []
+
+    def send(self, env: Envelope) -> None:
+        """Sends one reply."""
+        if self.collected is not None:
+            self.collected.append(env)
+        else:
+            self._post(self.reply_to, env)
+
+    def push(self, env: Envelope) -> None:
+        """Sends one reply through the endpoint (stream chunks, which must stay in order)."""
+        self._post(self.reply_to, env)
+
+    def close(self) -> list[Envelope]:
+        """Stops collecting; returns what was collected."""
+        collected, self.collected = self.collected or [], None
+        return collected
+
+
+class AgentRunner:
+    """One live agent in a host: its instance, its in-flight count, its running handler tasks."""
+
+    def __init__(self, agent: Agent, link: Link) -> None:
+        self.agent = agent
+        self.link = link
+        self.inflight = 0
+        self.handled = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        for ref, model in type(agent).schema_models().items():
+            if ref not in registry.refs():
+                registry.register(ref, model)
+
+    def deliver(self, env: Envelope, sink: ReplySink) -> asyncio.Task[None] | None:
+        """Starts handling a request or notification; refusals are replied at once.
+
+        Returns the handler's task, or None when the envelope was refused.
+        """
+        try:
+            check_hops(env.hops, self.agent.id, self.link.max_hops)
+            left = env.remaining_ms(time.time())
+            if left is not None and left <= 0:
+                raise RequestTimeout(
+                    f"request reached {self.agent.id!r} {-left:.0f} ms after its deadline",
+                    details={"agent_id": self.agent.id},
+                )
+            spec = type(self.agent).handler_for(env.payload_schema)
+            message = spec.read(env.payload, env.payload_schema)
+        except ReachError as exc:
+            self._refuse(env, sink.send, exc)
+            return None
+        task = asyncio.get_running_loop().create_task(self._run(spec, env, message, sink))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _refuse(self, env: Envelope, send: Callable[[Envelope], None], exc: ReachError) -> None:
+        if env.msg_type is MsgType.REQUEST:
+            send(env.fail(exc, sender=self.agent.id))
+        else:
+            log.warning("refused %s %s from %s: %s (trace %s)", env.msg_type.value, env.msg_id,
+                        env.sender, exc, env.trace_id)
+
+    async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink) -> None:
+        self.inflight += 1
+        fn = getattr(self.agent, spec.method)
+        ctx = Context(self.link, self.agent.id, env)
+        # A stream's chunks, end and error all take the same (ordered) path.
+        send = sink.push if spec.streaming else sink.send
+        left = env.remaining_ms(time.time())
+        try:
+            async with asyncio.timeout(None if left is None else left / 1000):
+                if spec.streaming:
+                    sent = 0
+                    async for chunk in fn(ctx, message):
+                        sink.push(self._chunk(env, spec, chunk))
+                        sent += 1
+                    result: Any = None
+                    if env.msg_type is MsgType.REQUEST:
+                        sink.push(env.reply({"chunks": sent}, STREAM_END_SCHEMA,
+                                            sender=self.agent.id))
+                else:
+                    result = await fn(ctx, message)
+                    if env.msg_type is MsgType.REQUEST:
+                        sink.send(self._reply(env, spec, result))
+        except TimeoutError:
+            self._refuse(env, send, RequestTimeout(
+                f"handler {spec.method} of {self.agent.id!r} passed the deadline",
+                details={"agent_id": self.agent.id, "timeout_ms": env.timeout_ms}))
+        except ReachError as exc:
+            self._refuse(env, send, exc)
+        except Exception as exc:
+            self._refuse(env, send, HandlerError(
+                f"{type(exc).__name__}: {exc}",
+                details={"type": type(exc).__name__, "agent_id": self.agent.id}))
+        finally:
+            self.inflight -= 1
+            self.handled += 1
+
+    def _reply(self, env: Envelope, spec: HandlerSpec, result: Any) -> Envelope:
+        if result is None:
+            return env.reply({}, ACK_SCHEMA, sender=self.agent.id)
+        if isinstance(result, BaseModel):
+            return env.reply(result, spec.returns, sender=self.agent.id)
+        if spec.returns is None:
+            raise ProtocolError(
+                f"handler {spec.method} returned a {type(result).__name__} but declares no "
+                "returns= schema",
+                suggestion="return a registered pydantic model, or pass returns= to @handler",
+            )
+        return env.reply(result, spec.returns, sender=self.agent.id)
+
+    def _chunk(self, env: Envelope, spec: HandlerSpec, chunk: Any) -> Envelope:
+        reply = self._reply(env, spec, chunk)
+        return Envelope(
+            msg_type=MsgType.EVENT, sender=reply.sender, receiver=reply.receiver,
+            payload=reply.payload, payload_schema=reply.payload_schema,
+            request_id=env.msg_id, trace_id=env.trace_id, session_id=env.session_id,
+            hops=env.hops,
+        )
+
+    async def stop(self, timeout_s: float) -> None:
+        """Lets running handlers finish for up to ``timeout_s``, then cancels them."""
+        if self._tasks:
+            _, late = await asyncio.wait(self._tasks, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+        await self.agent.on_stop()
+

@@ -1,0 +1,230 @@
+"""Starting reach: ``reach.init()`` connects to (or starts) Ray and finds the system actors.
+
+This module is the one seam between the SDK and ``actors/``: it imports the actor classes inside
+the functions that need them, so that a Ray worker importing ``actors.host`` never imports this
+module's callers in a cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from reach.agent import Agent, Dedicated, Packed, Placement
+from reach.client import AgentInfo, Client, Directory, Link
+from reach.errors import AgentNotFound, ReachError
+from reach.protocol import new_id
+from reach.transport import Transport
+
+NAMESPACE = "reach"
+REGISTRY_NAME = "reach.registry"
+
+
+class Runtime:
+    """A driver's handle on reach: spawn agents, talk to them, inspect the registry.
+
+    Created by :func:`init`; use :attr:`client` (or the shortcuts) to send.
+    """
+
+    def __init__(self, registry: Any, inbox: Any, inbox_name: str, *, max_hops: int,
+                 default_timeout_ms: int) -> None:
+        self.registry = registry
+        self.driver_id = inbox_name.removeprefix("reach.inbox.")
+        self.directory = Directory(registry)
+        self.transport = Transport(inbox_name, NAMESPACE,
+                                   on_dead_endpoint=self.directory.drop_endpoint,
+                                   on_expect=self._ensure_polling)
+        self.transport.remember(inbox_name, inbox)
+        self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
+        self.client = Client(self.link, f"driver:{self.driver_id}")
+        self._inbox = inbox
+        self._poller: asyncio.Task[None] | None = None
+        self._max_hops = max_hops
+        self._default_timeout_ms = default_timeout_ms
+        self._pools: dict[str, list[Any]] = {}
+
+    def _ensure_polling(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            for frame in await self._inbox.take.remote():
+                self.transport.accept_frame(frame)
+
+    # -- spawning ------------------------------------------------------------------------------
+
+    async def spawn(self, cls: type[Agent], agent_id: str, *, placement: Placement | None = None,
+                    args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> AgentInfo:
+        """Starts an agent and registers it; returns its registry record.
+
+        Raises:
+            AgentAlreadyExists: an agent with that ID is live.
+            UnknownSchema: a handler reads a model that is not registered.
+        """
+        infos = await self.spawn_many(cls, [agent_id], placement=placement, args=args,
+                                      kwargs=kwargs)
+        return infos[0]
+
+    async def spawn_many(self, cls: type[Agent], agent_ids: Sequence[str], *,
+                         placement: Placement | None = None, args: Sequence[Any] = (),
+                         kwargs: dict[str, Any] | None = None) -> list[AgentInfo]:
+        """Starts several agents of one class (packed agents spread over the pool's hosts).
+
+        Raises:
+            AgentAlreadyExists: an ID is live.
+        """
+        self._ensure_polling()
+        placement = placement or Dedicated()
+        if isinstance(placement, Packed):
+            hosts = await self._pool(placement)
+            counts = await asyncio.gather(*(h.count.remote() for h in hosts))
+            groups: dict[int, list[str]] = {}
+            for agent_id in agent_ids:
+                i = min(range(len(hosts)), key=lambda j: counts[j])
+                counts[i] += 1
+                groups.setdefault(i, []).append(agent_id)
+            calls = [hosts[i].add_agents.remote(cls, ids, tuple(args), kwargs or {})
+                     for i, ids in groups.items()]
+        else:
+            calls = [self._dedicated(placement).add_agents.remote(cls, [a], tuple(args),
+                                                                  kwargs or {})
+                     for a in agent_ids]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        entries: list[dict[str, Any]] = []
+        for res in results:
+            if isinstance(res, BaseException):
+                raise _unwrap(res)
+            entries.extend(res)
+        infos = [AgentInfo.from_record({**e, "status": "online", "load": 0}) for e in entries]
+        for info in infos:
+            self.directory.learn(info)
+        return infos
+
+    def _host_options(self, name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": NAMESPACE, "max_concurrency": 10_000}
+
+    def _new_host(self, name: str, **options: Any) -> Any:
+        from actors.host import AgentHost
+
+        host_cls: Any = AgentHost  # a Ray actor class: typed by ray.remote, not by its body
+        return host_cls.options(**self._host_options(name), **options).remote(
+            name, NAMESPACE, self.registry, self._max_hops, self._default_timeout_ms)
+
+    def _dedicated(self, p: Dedicated) -> Any:
+        options: dict[str, Any] = {}
+        if p.num_cpus is not None:
+            options["num_cpus"] = p.num_cpus
+        if p.num_gpus is not None:
+            options["num_gpus"] = p.num_gpus
+        if p.memory is not None:
+            options["memory"] = p.memory
+        if p.resources:
+            options["resources"] = dict(p.resources)
+        if p.node_id is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(p.node_id, soft=True)
+        name = f"reach.host.{new_id()[:12]}"
+        handle = self._new_host(name, **options)
+        self.transport.remember(name, handle)
+        return handle
+
+    async def _pool(self, p: Packed) -> list[Any]:
+        hosts = self._pools.get(p.pool)
+        if hosts is None:
+            hosts = []
+            for i in range(p.size):
+                name = f"reach.pool.{p.pool}.{i}"
+                handle = self._new_host(name, get_if_exists=True, lifetime="detached")
+                self.transport.remember(name, handle)
+                hosts.append(handle)
+            self._pools[p.pool] = hosts
+        return hosts
+
+    async def stop(self, agent_id: str, timeout_s: float = 5.0) -> None:
+        """Stops one agent: deregistered first, in-flight requests finish, then it is dropped.
+
+        Raises:
+            AgentNotFound: no agent has that ID.
+        """
+        rec = await self.registry.lookup.remote(agent_id)
+        if rec is None:
+            raise AgentNotFound(f"no agent {agent_id!r} is registered",
+                                details={"agent_id": agent_id})
+        host = self.transport.handle(rec["host"])
+        await host.remove_agents.remote([agent_id], timeout_s)
+        self.directory.drop(agent_id)
+        if rec["host"].startswith("reach.host."):
+            await host.stop.remote(timeout_s)
+            ray.kill(host)
+
+    # -- shortcuts -----------------------------------------------------------------------------
+
+    async def request(self, agent_id: str, payload: Any, schema: str | None = None,
+                      **kw: Any) -> Any:
+        """``runtime.client.request`` (see :meth:`Client.request`)."""
+        return await self.client.request(agent_id, payload, schema, **kw)
+
+    async def agents(self) -> list[AgentInfo]:
+        """Every registered agent."""
+        return [AgentInfo.from_record(r) for r in await self.registry.agents.remote()]
+
+    async def configure_heartbeat(self, interval_s: float, misses: int) -> None:
+        """Changes the heartbeat interval and miss count cluster-wide."""
+        await self.registry.configure.remote(interval_s, misses)
+
+    def shutdown(self) -> None:
+        """Stops this driver's polling and watches (agents keep running in the cluster)."""
+        if self._poller is not None:
+            self._poller.cancel()
+        self.transport.close()
+
+
+def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
+         heartbeat_misses: int = 3, max_hops: int = 16, default_timeout_ms: int = 30_000,
+         **ray_init_kwargs: Any) -> Runtime:
+    """Connects to Ray (starting a local one when none is running) and finds reach's actors.
+
+    Args:
+        address: ``"auto"`` or a cluster address; by default RAY_ADDRESS, else a local Ray.
+        heartbeat_interval_s: Interval at which hosts heartbeat (when the registry is created).
+        heartbeat_misses: Beats missed before a host's agents are marked offline.
+        max_hops: Longest call chain accepted.
+        default_timeout_ms: Timeout of requests that give none.
+        **ray_init_kwargs: Passed to ``ray.init`` when this call starts or joins Ray.
+
+    Idempotent: two drivers calling it at once get the same registry.
+    """
+    from actors.inbox import Inbox
+    from actors.registry import Registry
+
+    if not ray.is_initialized():
+        ray.init(address=address or os.environ.get("RAY_ADDRESS"), namespace=NAMESPACE,
+                 **ray_init_kwargs)
+    registry_cls: Any = Registry
+    inbox_cls: Any = Inbox
+    registry = registry_cls.options(
+        name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0,
+    ).remote(heartbeat_interval_s, heartbeat_misses)
+    inbox_name = f"reach.inbox.{new_id()[:12]}"
+    node = ray.get_runtime_context().get_node_id()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    inbox = inbox_cls.options(name=inbox_name, namespace=NAMESPACE,
+                          scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+                          ).remote()
+    return Runtime(registry, inbox, inbox_name, max_hops=max_hops,
+                   default_timeout_ms=default_timeout_ms)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, ReachError):
+        return cause
+    return exc

@@ -1,0 +1,290 @@
+"""Moving envelopes between processes: one outbox per destination, replies matched by request ID.
+
+Every process that talks (each AgentHost, and each driver through its inbox actor) has one
+:class:`Transport`. Its endpoint name is where replies to it are sent. For each destination
+endpoint it keeps an outbox: the first envelope goes out at once in its own Ray call, and every
+envelope queued while that call is in flight goes out together in the next one (adaptive
+batching, no added delay when idle). A ``deliver`` call only hands envelopes over; replies come
+back the same way, batched, and are matched to their pending request by ``request_id``.
+
+While a request waits on an endpoint, the transport keeps one ``watch`` call open on it; Ray fails
+that call the moment the endpoint's process dies, so a dead host is an AgentUnavailable at once,
+not a hang until the deadline. Ray's exceptions are translated here, in :func:`translate_ray_error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayError, RayTaskError
+
+from reach.codec import Codec
+from reach.errors import AgentUnavailable, ProtocolError, ReachError
+from reach.protocol import Envelope, MsgType
+
+log = logging.getLogger("reach.transport")
+
+#: Schema of the end-of-stream marker that closes a streamed reply.
+STREAM_END_SCHEMA = "reach.stream.end@1.0"
+
+
+def translate_ray_error(exc: BaseException, endpoint: str) -> ReachError:
+    """The reach error for a Ray failure of a call to ``endpoint`` (the one translation point)."""
+    if isinstance(exc, ReachError):
+        return exc
+    if isinstance(exc, RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, ReachError):
+            return cause
+    if isinstance(exc, RayActorError):
+        return AgentUnavailable(
+            f"host {endpoint} is dead or unreachable: {type(exc).__name__}",
+            suggestion="retry: a supervisor may restart the agent, or another holder may answer",
+            details={"endpoint": endpoint},
+        )
+    return AgentUnavailable(
+        f"call to {endpoint} failed: {type(exc).__name__}: {exc}", details={"endpoint": endpoint}
+    )
+
+
+class StaleRoute(Exception):
+    """The destination host no longer holds the agent: re-resolve and resend."""
+
+
+@dataclass
+class Pending:
+    """A request waiting for its reply (or for the chunks of a streamed reply)."""
+
+    endpoint: str
+    receiver: str
+    future: asyncio.Future[Envelope] | None = None
+    chunks: asyncio.Queue[Envelope | BaseException] | None = None
+
+    def settle(self, outcome: Envelope | BaseException) -> None:
+        """Delivers a reply, chunk or failure to whoever waits."""
+        if self.chunks is not None:
+            self.chunks.put_nowait(outcome)
+        elif self.future is not None and not self.future.done():
+            if isinstance(outcome, BaseException):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
+
+
+@dataclass
+class _Outbox:
+    endpoint: str
+    handle: Any
+    queue: list[Envelope] = field(default_factory=list)
+    busy: bool = False
+
+
+class Transport:
+    """Outboxes, pending replies and endpoint handles of one process.
+
+    Args:
+        endpoint: Name of the actor that receives this process's replies.
+        namespace: Ray namespace of reach's named actors.
+        codec: The codec for frames.
+        on_dead_endpoint: Called with an endpoint's name when it is found dead (drop routes).
+        on_expect: Called before each pending request is registered (a driver starts polling).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        namespace: str,
+        codec: Codec | None = None,
+        on_dead_endpoint: Callable[[str], None] | None = None,
+        on_expect: Callable[[], None] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.namespace = namespace
+        self.codec = codec or Codec()
+        self._on_dead = on_dead_endpoint
+        self._on_expect = on_expect
+        self._outboxes: dict[str, _Outbox] = {}
+        self._handles: dict[str, Any] = {}
+        self._watches: dict[str, asyncio.Task[None]] = {}
+        # Invariant: every pending request is keyed by its msg_id and names its endpoint.
+        self.pending: dict[str, Pending] = {}
+        self.batches_sent = 0
+        self.envelopes_sent = 0
+
+    # -- handles -------------------------------------------------------------------------------
+
+    def handle(self, name: str) -> Any:
+        """The actor handle of a named endpoint (cached).
+
+        Raises:
+            AgentUnavailable: no live actor has that name.
+        """
+        found = self._handles.get(name)
+        if found is None:
+            try:
+                found = ray.get_actor(name, namespace=self.namespace)
+            except ValueError as exc:
+                raise AgentUnavailable(
+                    f"endpoint {name} does not exist (its process is gone)",
+                    details={"endpoint": name},
+                ) from exc
+            self._handles[name] = found
+        return found
+
+    def remember(self, name: str, handle: Any) -> None:
+        """Caches a handle this process already holds, saving a name lookup."""
+        self._handles.setdefault(name, handle)
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def post(self, endpoint: str, envelope: Envelope) -> None:
+        """Queues an envelope for ``endpoint``; it leaves at once if nothing is in flight there.
+
+        Raises:
+            AgentUnavailable: the endpoint does not exist.
+        """
+        box = self._outboxes.get(endpoint)
+        if box is None:
+            box = self._outboxes[endpoint] = _Outbox(endpoint, self.handle(endpoint))
+        box.queue.append(envelope)
+        if not box.busy:
+            box.busy = True
+            asyncio.get_running_loop().create_task(self._drain(box))
+
+    def expect(self, envelope: Envelope, endpoint: str, *, stream: bool = False) -> Pending:
+        """Registers a pending reply for a request about to be posted to ``endpoint``."""
+        if self._on_expect is not None:
+            self._on_expect()
+        pending = Pending(endpoint, envelope.receiver)
+        if stream:
+            pending.chunks = asyncio.Queue()
+        else:
+            pending.future = asyncio.get_running_loop().create_future()
+        self.pending[envelope.msg_id] = pending
+        self._ensure_watch(endpoint)
+        return pending
+
+    def forget(self, msg_id: str) -> None:
+        """Drops a pending request (its caller gave up)."""
+        self.pending.pop(msg_id, None)
+
+    async def _drain(self, box: _Outbox) -> None:
+        try:
+            while box.queue:
+                batch, box.queue = box.queue, []
+                await self._send(box, batch)
+        finally:
+            box.busy = False
+
+    async def _send(self, box: _Outbox, batch: list[Envelope]) -> None:
+        try:
+            frame = self.codec.encode_batch(batch)
+        except ProtocolError:
+            # One bad envelope must not sink the batch: send them one by one.
+            for env in batch:
+                await self._send_one(box, env)
+            return
+        self.batches_sent += 1
+        self.envelopes_sent += len(batch)
+        try:
+            not_here, replies = await box.handle.deliver.remote(frame, self.endpoint)
+        except (RayError, ReachError) as exc:
+            error = translate_ray_error(exc, box.endpoint)
+            self._outboxes.pop(box.endpoint, None)
+            self._handles.pop(box.endpoint, None)
+            for env in batch:
+                self._fail(env.msg_id, error)
+            if isinstance(exc, RayActorError):
+                self.endpoint_died(box.endpoint, error)
+            return
+        self._received(not_here, replies)
+
+    def _received(self, not_here: list[str], replies: bytes | None) -> None:
+        for msg_id in not_here:
+            self._fail(msg_id, StaleRoute(msg_id))
+        if replies is not None:
+            self.accept_frame(replies)
+
+    def accept_frame(self, frame: bytes) -> None:
+        """Hands every reply in a frame to its pending request (unreadable ones are logged)."""
+        envelopes, refused = self.codec.decode_batch_partial(frame)
+        for bad in refused:
+            log.warning("dropped an unreadable reply %s from %s: %s", bad.msg_id, bad.sender,
+                        bad.error)
+        for env in envelopes:
+            self.accept(env)
+
+    async def _send_one(self, box: _Outbox, env: Envelope) -> None:
+        try:
+            frame = self.codec.encode(env)
+            not_here, replies = await box.handle.deliver.remote(frame, self.endpoint)
+        except (RayError, ReachError) as exc:
+            self._fail(env.msg_id, translate_ray_error(exc, box.endpoint))
+            return
+        self._received(not_here, replies)
+
+    def _fail(self, msg_id: str, error: BaseException) -> None:
+        pending = self.pending.get(msg_id)
+        if pending is None:
+            return
+        if pending.chunks is None:
+            del self.pending[msg_id]
+        pending.settle(error)
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    def accept(self, envelope: Envelope) -> bool:
+        """Hands a reply, chunk or error to its pending request; False if nobody waits for it."""
+        request_id = envelope.request_id
+        pending = self.pending.get(request_id) if request_id else None
+        if pending is None or request_id is None:
+            return False
+        if pending.chunks is not None:
+            if envelope.msg_type is not MsgType.EVENT:
+                del self.pending[request_id]
+            pending.settle(envelope)
+        else:
+            del self.pending[request_id]
+            pending.settle(envelope)
+        return True
+
+    # -- liveness ------------------------------------------------------------------------------
+
+    def _ensure_watch(self, endpoint: str) -> None:
+        task = self._watches.get(endpoint)
+        if task is None or task.done():
+            self._watches[endpoint] = asyncio.get_running_loop().create_task(self._watch(endpoint))
+
+    async def _watch(self, endpoint: str) -> None:
+        try:
+            await self.handle(endpoint).watch.remote()
+            error: ReachError = AgentUnavailable(
+                f"host {endpoint} stopped", details={"endpoint": endpoint}
+            )
+        except (RayError, ReachError) as exc:
+            error = translate_ray_error(exc, endpoint)
+        except asyncio.CancelledError:
+            return
+        self._watches.pop(endpoint, None)
+        self.endpoint_died(endpoint, error)
+
+    def endpoint_died(self, endpoint: str, error: ReachError) -> None:
+        """Fails every request waiting on ``endpoint`` and forgets the endpoint."""
+        self._outboxes.pop(endpoint, None)
+        self._handles.pop(endpoint, None)
+        for msg_id, pending in list(self.pending.items()):
+            if pending.endpoint == endpoint:
+                self._fail(msg_id, error)
+        if self._on_dead is not None:
+            self._on_dead(endpoint)
+
+    def close(self) -> None:
+        """Stops watching; fails nothing (the process is going away)."""
+        for task in self._watches.values():
+            task.cancel()
+        self._watches.clear()

@@ -1,0 +1,60 @@
+"""One real two-node Ray cluster (two raylets on loopback) for the whole integration session."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+# Ray workers import the test agents by module name: put this folder on their path.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
+)
+sys.path.insert(0, str(HERE))
+
+HEARTBEAT_S = 0.5
+MISSES = 3
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": {"node_a": 1000}, "include_dashboard": False})
+    c.add_node(num_cpus=2, resources={"node_b": 1000})
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture(scope="session")
+def rt(cluster: Any) -> Iterator[Any]:
+    import reach
+
+    runtime = reach.init(address=cluster.address, heartbeat_interval_s=HEARTBEAT_S,
+                         heartbeat_misses=MISSES)
+    yield runtime
+    runtime.shutdown()
+
+
+async def wait_until(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0,
+                     poll_s: float = 0.1) -> Any:
+    """Polls ``check`` until it returns something truthy; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(poll_s)
+    pytest.fail(f"condition not met within {timeout_s} s (last value {last!r})")

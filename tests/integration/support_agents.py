@@ -1,0 +1,137 @@
+"""Agents used by the integration tests (importable by Ray workers through PYTHONPATH)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel
+
+import reach
+
+
+@reach.schema("test.text@1.0")
+class Text(BaseModel):
+    text: str
+
+
+@reach.schema("test.text@1.1")
+class TextV11(Text):
+    lang: str = "en"
+
+
+@reach.schema("test.forward@1.0")
+class Forward(BaseModel):
+    to: list[str]
+    text: str = ""
+    timeout_ms: int | None = None
+
+
+@reach.schema("test.info@1.0")
+class Info(BaseModel):
+    agent_id: str
+    pid: int
+    node: str = ""
+    trace_id: str = ""
+    hops: list[str] = []
+    remaining_ms: float | None = None
+    seen: list[str] = []
+
+
+class Echo(reach.Agent):
+    capabilities = ("echo.say", "order.query")
+    description = "Echoes text back. Good at repeating; bad at thinking."
+
+    @reach.handler(Text, returns=Text)
+    async def say(self, ctx: reach.Context, m: Text) -> Text:
+        return Text(text=f"{self.id}:{m.text}")
+
+    @reach.handler("test.whoami@1.0", returns=Info)
+    async def whoami(self, ctx: reach.Context, _m: dict[str, Any]) -> Info:
+        import ray
+
+        return Info(agent_id=self.id, pid=os.getpid(),
+                    node=ray.get_runtime_context().get_node_id(), trace_id=ctx.trace_id or "",
+                    hops=list(ctx.request_envelope.hops), remaining_ms=ctx.remaining_ms())
+
+
+class Refunds(reach.Agent):
+    capabilities = ("refund.request",)
+    description = "Handles refunds and 退款 for damaged or late orders."
+
+    @reach.handler(Text, returns=Text)
+    async def say(self, ctx: reach.Context, m: Text) -> Text:
+        return Text(text=f"refund:{m.text}")
+
+
+class Forwarder(reach.Agent):
+    """Forwards along ``to``: to[0] gets the rest of the list; the last one answers who it is."""
+
+    capabilities = ("test.forward",)
+
+    @reach.handler(Forward, returns=Info)
+    async def forward(self, ctx: reach.Context, m: Forward) -> Info:
+        if not m.to:
+            return Info(agent_id=self.id, pid=os.getpid(), trace_id=ctx.trace_id or "",
+                        hops=list(ctx.request_envelope.hops), remaining_ms=ctx.remaining_ms())
+        reply = await ctx.request(m.to[0], Forward(to=m.to[1:], text=m.text,
+                                                   timeout_ms=m.timeout_ms),
+                                  timeout_ms=m.timeout_ms)
+        return Info.model_validate(reply.payload)
+
+
+class Slow(reach.Agent):
+    capabilities = ("test.slow",)
+
+    @reach.handler(Text, returns=Text)
+    async def say(self, ctx: reach.Context, m: Text) -> Text:
+        await asyncio.sleep(float(m.text))
+        return Text(text="late")
+
+
+class Faulty(reach.Agent):
+    capabilities = ("test.faulty",)
+
+    @reach.handler(Text, returns=Text)
+    async def say(self, ctx: reach.Context, m: Text) -> Text:
+        if m.text == "degrade":
+            raise reach.ReachError("only half the data", severity=reach.Severity.DEGRADABLE,
+                                   suggestion="use the partial answer")
+        raise KeyError(m.text)
+
+
+class Streamer(reach.Agent):
+    capabilities = ("test.stream",)
+
+    @reach.handler(Text, returns=Text)
+    async def say(self, ctx: reach.Context, m: Text) -> AsyncIterator[Text]:
+        for i in range(3):
+            yield Text(text=f"{m.text}-{i}")
+        if m.text == "boom":
+            raise reach.AgentUnavailable("upstream went away mid-stream")
+
+
+class Recorder(reach.Agent):
+    """Keeps every notification it gets; a request returns what it has seen."""
+
+    capabilities = ("test.recorder",)
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @reach.handler(Text)
+    async def note(self, ctx: reach.Context, m: Text) -> None:
+        self.seen.append(m.text)
+
+    @reach.handler("test.whoami@1.0", returns=Info)
+    async def report(self, ctx: reach.Context, _m: dict[str, Any]) -> Info:
+        return Info(agent_id=self.id, pid=os.getpid(), seen=self.seen)
+
+
+class Crashing(reach.Agent):
+    capabilities = ("test.crash",)
+
+    def __init__(self) -> None:
+        raise RuntimeError("constructor refuses to start")

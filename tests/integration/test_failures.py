@@ -1,0 +1,135 @@
+"""Errors a caller can act on: timeouts, loops, handler errors, dead hosts, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import ray
+from conftest import HEARTBEAT_S, MISSES, wait_until
+from support_agents import Crashing, Echo, Faulty, Forward, Forwarder, Slow, Streamer, Text
+
+import reach
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_slow_agent_times_out_without_hanging_the_caller(rt: Any) -> None:
+    await rt.spawn(Slow, "f-slow", placement=reach.Packed(pool="failures"))
+    with pytest.raises(reach.RequestTimeout) as err:
+        await rt.client.request("f-slow", Text(text="30"), timeout_ms=300)
+    assert err.value.severity is reach.Severity.RETRYABLE
+    assert err.value.details["agent_id"] == "f-slow"
+
+
+async def test_a_cycle_in_the_call_chain_is_refused_as_loop_detected(rt: Any) -> None:
+    await rt.spawn_many(Forwarder, ["f-loop-a", "f-loop-b"],
+                        placement=reach.Packed(pool="failures"))
+    with pytest.raises(reach.LoopDetected) as err:
+        await rt.client.request("f-loop-a", Forward(to=["f-loop-b", "f-loop-a"]))
+    assert err.value.severity is reach.Severity.FATAL
+    assert "f-loop-a -> f-loop-b -> f-loop-a" in str(err.value)
+
+
+async def test_a_chain_longer_than_the_maximum_is_refused(rt: Any) -> None:
+    ids = [f"f-long-{i}" for i in range(18)]
+    await rt.spawn_many(Forwarder, ids, placement=reach.Packed(pool="failures"))
+    with pytest.raises(reach.LoopDetected) as err:
+        await rt.client.request(ids[0], Forward(to=ids[1:]))
+    assert err.value.details["max_hops"] == 16
+    # A chain within the limit goes through.
+    reply = await rt.client.request(ids[0], Forward(to=ids[1:10]))
+    assert reply.payload["agent_id"] == ids[9]
+
+
+async def test_a_handler_reach_error_keeps_its_severity(rt: Any) -> None:
+    await rt.spawn(Faulty, "f-faulty", placement=reach.Packed(pool="failures"))
+    with pytest.raises(reach.ReachError) as err:
+        await rt.client.request("f-faulty", Text(text="degrade"))
+    assert err.value.severity is reach.Severity.DEGRADABLE
+    assert err.value.suggestion == "use the partial answer"
+
+
+async def test_an_unexpected_handler_exception_is_retryable_and_names_its_type(rt: Any) -> None:
+    with pytest.raises(reach.HandlerError) as err:
+        await rt.client.request("f-faulty", Text(text="missing-key"))
+    assert err.value.severity is reach.Severity.RETRYABLE
+    assert err.value.details["type"] == "KeyError"
+    assert "missing-key" in str(err.value)
+    # The agent survived its handler's exception.
+    with pytest.raises(reach.ReachError):
+        await rt.client.request("f-faulty", Text(text="degrade"))
+
+
+async def test_a_constructor_that_raises_fails_the_spawn_clearly(rt: Any) -> None:
+    with pytest.raises(RuntimeError, match="constructor refuses to start"):
+        await rt.spawn(Crashing, "f-crash", placement=reach.Packed(pool="failures"))
+    with pytest.raises(reach.AgentNotFound):
+        await rt.client.request("f-crash", Text(text="x"))
+
+
+async def test_streamed_replies_arrive_in_order(rt: Any) -> None:
+    await rt.spawn(Streamer, "f-stream", placement=reach.Packed(pool="failures"))
+    chunks = [c.payload["text"] async for c in rt.client.stream("f-stream", Text(text="s"))]
+    assert chunks == ["s-0", "s-1", "s-2"]
+
+
+async def test_an_error_mid_stream_arrives_typed_after_the_chunks(rt: Any) -> None:
+    got: list[str] = []
+    with pytest.raises(reach.AgentUnavailable, match="mid-stream"):
+        async for chunk in rt.client.stream("f-stream", Text(text="boom")):
+            got.append(chunk.payload["text"])
+    assert got == ["boom-0", "boom-1", "boom-2"]
+
+
+async def test_a_host_killed_mid_request_is_agent_unavailable_not_a_hang(rt: Any) -> None:
+    info = await rt.spawn(Slow, "f-doomed")
+    host = ray.get_actor(info.host, namespace="reach")
+    call = asyncio.ensure_future(rt.client.request("f-doomed", Text(text="60"), timeout_ms=60_000))
+
+    async def in_flight() -> bool:
+        return bool((await host.info.remote())["agents"].get("f-doomed"))
+
+    await wait_until(in_flight)
+    ray.kill(host)
+    with pytest.raises(reach.AgentUnavailable) as err:
+        await asyncio.wait_for(call, timeout=30)
+    assert err.value.severity is reach.Severity.RETRYABLE
+
+
+async def test_a_dead_host_goes_offline_after_missed_heartbeats(rt: Any) -> None:
+    class Lonely(Echo):
+        capabilities = ("lonely.echo",)
+
+    info = await rt.spawn(Lonely, "f-lonely")
+    assert [a.agent_id for a in await rt.client.discover("lonely.echo")] == ["f-lonely"]
+    ray.kill(ray.get_actor(info.host, namespace="reach"))
+
+    async def offline() -> bool:
+        return (await rt.registry.lookup.remote("f-lonely"))["status"] == "offline"
+
+    await wait_until(offline, timeout_s=HEARTBEAT_S * MISSES + 10)
+    # Discovery no longer offers it (after the client's short holder cache expires).
+    await asyncio.sleep(1.1)  # until: the holder cache's 1 s TTL has passed
+    with pytest.raises(reach.NoCapableAgent):
+        await rt.client.ask("lonely.echo", Text(text="x"))
+    with pytest.raises(reach.AgentUnavailable):
+        await rt.client.request("f-lonely", Text(text="x"))
+
+
+async def test_the_registry_rebuilds_its_table_after_a_restart(rt: Any) -> None:
+    await rt.spawn(Echo, "f-survivor", placement=reach.Packed(pool="failures"))
+    ray.kill(rt.registry, no_restart=False)
+
+    async def known_again() -> bool:
+        try:
+            rec = await rt.registry.lookup.remote("f-survivor")
+        except ray.exceptions.RayActorError:
+            return False
+        return rec is not None and rec["status"] == "online"
+
+    await wait_until(known_again, timeout_s=30)
+    rt.directory.drop("f-survivor")
+    reply = await rt.client.request("f-survivor", Text(text="back"))
+    assert reply.payload["text"] == "f-survivor:back"
