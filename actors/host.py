@@ -123,7 +123,9 @@ class AgentHost:
             if task is not None:
                 tasks.append(task)
         if tasks:
-            await asyncio.wait(tasks, timeout=LINGER_S)
+            await asyncio.sleep(0)  # one iteration runs every handler that needs no I/O
+            if not all(t.done() for t in tasks):
+                await asyncio.wait(tasks, timeout=LINGER_S)
         replies = sink.close()
         return not_here, self.transport.codec.encode_batch(replies) if replies else None
 

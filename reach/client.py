@@ -329,7 +329,7 @@ class Client:
         assert pending.chunks is not None
         try:
             while True:
-                item = await _until(pending.chunks.get(), env)
+                item = await _until(asyncio.ensure_future(pending.chunks.get()), env)
                 if isinstance(item, BaseException):
                     if isinstance(item, StaleRoute):
                         self._link.directory.drop(agent_id)
@@ -389,13 +389,29 @@ def _pick(link: Link, holders: list[AgentInfo], k: int) -> list[AgentInfo]:
     return [by_id[c.agent_id] for c in chosen]
 
 
-async def _until(awaitable: Any, env: Envelope) -> Any:
+async def _until(future: asyncio.Future[Any], env: Envelope) -> Any:
+    # A timer on the future itself, not asyncio.wait_for: wait_for wraps the future in a task,
+    # which costs a loop iteration per reply and splits the next outbox batch.
     left = env.remaining_ms(time.time())
+    if left is None:
+        return await future
+    timer = asyncio.get_running_loop().call_later(max(left, 0) / 1000, _expire, future)
     try:
-        return await asyncio.wait_for(awaitable, None if left is None else max(left, 0) / 1000)
-    except TimeoutError:
+        return await future
+    except _Expired:
         raise RequestTimeout(
             f"no reply from {env.receiver!r} within {env.timeout_ms} ms",
             suggestion="retry, or give the request a longer timeout",
             details={"agent_id": env.receiver, "timeout_ms": env.timeout_ms},
         ) from None
+    finally:
+        timer.cancel()
+
+
+class _Expired(Exception):
+    """Set on a pending future when its deadline passes."""
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(_Expired())

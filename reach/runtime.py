@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,6 @@ import ray
 from reach.agent import Agent, Dedicated, Packed, Placement
 from reach.client import AgentInfo, Client, Directory, Link
 from reach.errors import AgentNotFound, ReachError
-from reach.protocol import new_id
 from reach.transport import Transport
 
 NAMESPACE = "reach"
@@ -129,7 +129,7 @@ class Runtime:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(p.node_id, soft=True)
-        name = f"reach.host.{new_id()[:12]}"
+        name = f"reach.host.{secrets.token_hex(6)}"
         handle = self._new_host(name, **options)
         self.transport.remember(name, handle)
         return handle
@@ -212,7 +212,7 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         num_cpus=0,
     ).remote(heartbeat_interval_s, heartbeat_misses)
-    inbox_name = f"reach.inbox.{new_id()[:12]}"
+    inbox_name = f"reach.inbox.{secrets.token_hex(6)}"
     node = ray.get_runtime_context().get_node_id()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -178,6 +178,9 @@ class Transport:
             while box.queue:
                 batch, box.queue = box.queue, []
                 await self._send(box, batch)
+                # One loop iteration (no timer): callers woken by the replies just received post
+                # their next envelopes first, so they join the next batch instead of trailing it.
+                await asyncio.sleep(0)
         finally:
             box.busy = False
 

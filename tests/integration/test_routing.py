@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -175,3 +177,25 @@ async def test_init_again_finds_the_same_registry(rt: Any) -> None:
     again = reach.init()
     assert again.registry._actor_id == rt.registry._actor_id
     again.shutdown()
+
+
+async def test_a_second_driver_process_finds_the_same_registry_and_agents(
+    rt: Any, cluster: Any
+) -> None:
+    await rt.spawn(Echo, "r-shared", placement=reach.Packed(pool="routing"))
+    script = (
+        "import asyncio, reach\n"
+        "from support_agents import Text\n"
+        "async def main():\n"
+        f"    rt = reach.init(address={cluster.address!r})\n"
+        "    reply = await rt.client.request('r-shared', Text(text='from afar'))\n"
+        "    print(reply.payload['text'])\n"
+        "    rt.shutdown()\n"
+        "asyncio.run(main())\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode("utf-8", "replace")[-2000:]
+    assert out.decode("utf-8").strip().splitlines()[-1] == "r-shared:from afar"
