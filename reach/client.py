@@ -35,6 +35,8 @@ from reach.transport import STREAM_END_SCHEMA, StaleRoute, Transport
 ROUTE_TTL_S = 30.0
 #: How long a capability's holder list stays cached (seconds); loads are refreshed this often.
 HOLDERS_TTL_S = 1.0
+#: How many of the best holders a pick considers (broadcast asks for all of them).
+PICK_FROM = 64
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ class Directory:
         self.registry = registry
         self._clock = clock
         self._routes: dict[str, tuple[str, float]] = {}
-        self._holders: dict[tuple[str, str | None], tuple[list[AgentInfo], list[str], float]] = {}
+        self._holders: dict[tuple[str, str | None, int | None],
+                            tuple[list[AgentInfo], list[str], float]] = {}
         self.lookups = 0
 
     async def route(self, agent_id: str) -> str:
@@ -126,17 +129,18 @@ class Directory:
             del self._routes[agent_id]
         self._holders.clear()
 
-    async def holders(self, capability: str, text: str | None = None) -> list[AgentInfo]:
-        """Online holders of ``capability``, best first (cached for HOLDERS_TTL_S).
+    async def holders(self, capability: str, text: str | None = None,
+                      limit: int | None = PICK_FROM) -> list[AgentInfo]:
+        """The ``limit`` best online holders of ``capability`` (cached for HOLDERS_TTL_S).
 
         Raises:
             NoCapableAgent: nobody online holds it; the error names the closest tags.
         """
-        key = (capability, text)
+        key = (capability, text, limit)
         now = self._clock()
         hit = self._holders.get(key)
         if hit is None or hit[2] <= now:
-            records, close = await self.registry.discover.remote(capability, text)
+            records, close = await self.registry.discover.remote(capability, text, limit)
             infos = [AgentInfo.from_record(r) for r in records]
             hit = self._holders[key] = (infos, close, now + HOLDERS_TTL_S)
             for info in infos:
@@ -274,7 +278,8 @@ class Client:
         Raises:
             NoCapableAgent: nobody online holds the capability (names the closest tags).
         """
-        holders = await self._link.directory.holders(capability, text)
+        holders = await self._link.directory.holders(capability, text,
+                                                     max(PICK_FROM, fanout_limit))
         picked = _pick(self._link, holders, fanout_limit)
         return await self._gather(picked, payload, schema, timeout_ms)
 
@@ -286,7 +291,7 @@ class Client:
         Raises:
             NoCapableAgent: nobody online holds the capability.
         """
-        holders = await self._link.directory.holders(capability)
+        holders = await self._link.directory.holders(capability, limit=None)
         return await self._gather(holders, payload, schema, timeout_ms)
 
     async def _gather(self, agents: list[AgentInfo], payload: BaseModel | Mapping[str, Any],
@@ -349,7 +354,7 @@ class Client:
         Raises:
             NoCapableAgent: nobody online holds it.
         """
-        return list(await self._link.directory.holders(capability, text))
+        return list(await self._link.directory.holders(capability, text, limit=None))
 
 
 class Context(Client):
