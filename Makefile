@@ -25,6 +25,8 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
+	$(BIN)/python bench/seed_scenario.py
+	$(BIN)/python bench/registry_scale.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

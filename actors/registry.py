@@ -9,6 +9,7 @@ capabilities here and cache the answers.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -19,7 +20,7 @@ from policies.discovery import Candidate, close_matches, find_holders, match_kin
 from policies.routing import heartbeat_expired, next_epoch
 from reach.errors import AgentAlreadyExists
 
-ONLINE, OFFLINE = "online", "offline"
+ONLINE, OFFLINE, RECOVERING = "online", "offline", "recovering"
 
 
 @ray.remote(max_restarts=-1, max_task_retries=-1)
@@ -40,6 +41,11 @@ class Registry:
         # Invariant: cands[i] mirrors records[i]'s capabilities, description, status and load.
         self.cands: dict[str, Candidate] = {}
         self._expiry: asyncio.Task[None] | None = None
+        self.incarnation = os.urandom(8).hex()  # new after every restart
+        # After a restart the table is empty until hosts re-register: until then an unknown ID
+        # may well exist, so it is answered as "recovering" (retryable), not as unknown.
+        restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self.recovering_until = time.monotonic() + interval_s * misses if restarted else 0.0
 
     def _start(self) -> None:
         if self._expiry is None:
@@ -148,8 +154,11 @@ class Registry:
         return gone
 
     async def lookup(self, agent_id: str) -> dict[str, Any] | None:
-        """The record of one agent, or None."""
-        return self.records.get(agent_id)
+        """The record of one agent; None if unknown; status "recovering" if it may yet appear."""
+        rec = self.records.get(agent_id)
+        if rec is None and time.monotonic() < self.recovering_until:
+            return {"agent_id": agent_id, "status": RECOVERING, "host": ""}
+        return rec
 
     async def discover(self, capability: str, text: str | None = None, limit: int | None = None,
                        ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -183,5 +192,6 @@ class Registry:
 
     async def stats(self) -> dict[str, Any]:
         """Counts, and this process's resident memory in bytes."""
-        return {"agents": len(self.records), "tags": len(self.by_tag),
+        return {"incarnation": self.incarnation, "agents": len(self.records),
+                "tags": len(self.by_tag),
                 "hosts": len(self.last_seen), "rss_bytes": rss_bytes()}

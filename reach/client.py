@@ -107,6 +107,13 @@ class Directory:
                 suggestion="check the ID, or discover agents by capability",
                 details={"agent_id": agent_id},
             )
+        if rec["status"] == "recovering":
+            raise AgentUnavailable(
+                f"agent {agent_id!r} is not re-registered yet: the registry restarted and is "
+                "rebuilding its table from the hosts' heartbeats",
+                suggestion="retry within a heartbeat interval",
+                details={"agent_id": agent_id},
+            )
         if rec["status"] == "offline":
             raise AgentUnavailable(
                 f"agent {agent_id!r} is offline (host {rec['host']} missed its heartbeats)",

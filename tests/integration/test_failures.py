@@ -110,8 +110,15 @@ async def test_a_dead_host_goes_offline_after_missed_heartbeats(rt: Any) -> None
         return (await rt.registry.lookup.remote("f-lonely"))["status"] == "offline"
 
     await wait_until(offline, timeout_s=HEARTBEAT_S * MISSES + 10)
-    # Discovery no longer offers it (after the client's short holder cache expires).
-    await asyncio.sleep(1.1)  # until: the holder cache's 1 s TTL has passed
+    # Discovery no longer offers it (once the client's one-second holder cache has expired).
+    async def not_offered() -> bool:
+        try:
+            await rt.client.discover("lonely.echo")
+        except reach.NoCapableAgent:
+            return True
+        return False
+
+    await wait_until(not_offered)
     with pytest.raises(reach.NoCapableAgent):
         await rt.client.ask("lonely.echo", Text(text="x"))
     with pytest.raises(reach.AgentUnavailable):
@@ -120,14 +127,17 @@ async def test_a_dead_host_goes_offline_after_missed_heartbeats(rt: Any) -> None
 
 async def test_the_registry_rebuilds_its_table_after_a_restart(rt: Any) -> None:
     await rt.spawn(Echo, "f-survivor", placement=reach.Packed(pool="failures"))
+    before = (await rt.registry.stats.remote())["incarnation"]
     ray.kill(rt.registry, no_restart=False)
 
     async def known_again() -> bool:
         try:
+            stats = await rt.registry.stats.remote()
             rec = await rt.registry.lookup.remote("f-survivor")
         except ray.exceptions.RayActorError:
             return False
-        return rec is not None and rec["status"] == "online"
+        restarted = stats["incarnation"] != before
+        return restarted and rec is not None and rec["status"] == "online"
 
     await wait_until(known_again, timeout_s=30)
     rt.directory.drop("f-survivor")
