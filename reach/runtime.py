@@ -15,12 +15,12 @@ from typing import Any
 
 import ray
 
-from reach.agent import Agent, Dedicated, Packed, Placement
+from reach.agent import Agent, Dedicated, Placement
 from reach.client import AgentInfo, Client, Directory, Link
-from reach.errors import AgentNotFound, ReachError
+from reach.errors import AgentNotFound
+from reach.spawner import NAMESPACE, Spawner
 from reach.transport import Transport
 
-NAMESPACE = "reach"
 REGISTRY_NAME = "reach.registry"
 
 
@@ -43,9 +43,7 @@ class Runtime:
         self.client = Client(self.link, f"driver:{self.driver_id}")
         self._inbox = inbox
         self._poller: asyncio.Task[None] | None = None
-        self._max_hops = max_hops
-        self._default_timeout_ms = default_timeout_ms
-        self._pools: dict[str, list[Any]] = {}
+        self.spawner = Spawner(registry, self.transport, max_hops, default_timeout_ms)
 
     def _ensure_polling(self) -> None:
         if self._poller is None or self._poller.done():
@@ -77,74 +75,15 @@ class Runtime:
 
         Raises:
             AgentAlreadyExists: an ID is live.
+            Exception: what an agent's constructor or ``on_start`` raised.
         """
         self._ensure_polling()
-        placement = placement or Dedicated()
-        if isinstance(placement, Packed):
-            hosts = await self._pool(placement)
-            counts = await asyncio.gather(*(h.count.remote() for h in hosts))
-            groups: dict[int, list[str]] = {}
-            for agent_id in agent_ids:
-                i = min(range(len(hosts)), key=lambda j: counts[j])
-                counts[i] += 1
-                groups.setdefault(i, []).append(agent_id)
-            calls = [hosts[i].add_agents.remote(cls, ids, tuple(args), kwargs or {})
-                     for i, ids in groups.items()]
-        else:
-            calls = [self._dedicated(placement).add_agents.remote(cls, [a], tuple(args),
-                                                                  kwargs or {})
-                     for a in agent_ids]
-        results = await asyncio.gather(*calls, return_exceptions=True)
-        entries: list[dict[str, Any]] = []
-        for res in results:
-            if isinstance(res, BaseException):
-                raise _unwrap(res)
-            entries.extend(res)
+        entries = await self.spawner.spawn(cls, agent_ids, placement or Dedicated(), args,
+                                           kwargs)
         infos = [AgentInfo.from_record({**e, "status": "online", "load": 0}) for e in entries]
         for info in infos:
             self.directory.learn(info)
         return infos
-
-    def _host_options(self, name: str) -> dict[str, Any]:
-        return {"name": name, "namespace": NAMESPACE, "max_concurrency": 10_000}
-
-    def _new_host(self, name: str, **options: Any) -> Any:
-        from actors.host import AgentHost
-
-        host_cls: Any = AgentHost  # a Ray actor class: typed by ray.remote, not by its body
-        return host_cls.options(**self._host_options(name), **options).remote(
-            name, NAMESPACE, self.registry, self._max_hops, self._default_timeout_ms)
-
-    def _dedicated(self, p: Dedicated) -> Any:
-        options: dict[str, Any] = {}
-        if p.num_cpus is not None:
-            options["num_cpus"] = p.num_cpus
-        if p.num_gpus is not None:
-            options["num_gpus"] = p.num_gpus
-        if p.memory is not None:
-            options["memory"] = p.memory
-        if p.resources:
-            options["resources"] = dict(p.resources)
-        if p.node_id is not None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(p.node_id, soft=True)
-        name = f"reach.host.{secrets.token_hex(6)}"
-        handle = self._new_host(name, **options)
-        self.transport.remember(name, handle)
-        return handle
-
-    async def _pool(self, p: Packed) -> list[Any]:
-        hosts = self._pools.get(p.pool)
-        if hosts is None:
-            hosts = []
-            for i in range(p.size):
-                name = f"reach.pool.{p.pool}.{i}"
-                handle = self._new_host(name, get_if_exists=True, lifetime="detached")
-                self.transport.remember(name, handle)
-                hosts.append(handle)
-            self._pools[p.pool] = hosts
-        return hosts
 
     async def stop(self, agent_id: str, timeout_s: float = 5.0) -> None:
         """Stops one agent: deregistered first, in-flight requests finish, then it is dropped.
@@ -221,10 +160,3 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
                           ).remote()
     return Runtime(registry, inbox, inbox_name, max_hops=max_hops,
                    default_timeout_ms=default_timeout_ms)
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, ReachError):
-        return cause
-    return exc

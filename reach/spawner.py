@@ -1,0 +1,117 @@
+"""Placing agents on hosts: a new AgentHost per dedicated agent, or a pool of shared hosts.
+
+Used by the driver's runtime and by supervisors alike, so an agent restarted by its supervisor is
+placed exactly as it was first spawned. Pool hosts are named, shared by every driver and
+supervisor, and restarted by Ray when their process dies (empty: their supervisors re-add their
+agents); a dedicated host lives and dies with its one agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from reach.agent import Agent, Dedicated, Packed, Placement
+from reach.transport import Transport
+
+NAMESPACE = "reach"
+
+
+class Spawner:
+    """Creates hosts and adds agents to them.
+
+    Args:
+        registry: Handle of the Registry actor (given to every host).
+        transport: The process's transport (learns the new hosts' handles).
+        max_hops: Longest call chain hosts accept.
+        default_timeout_ms: Timeout of requests made from handlers that give none.
+    """
+
+    def __init__(self, registry: Any, transport: Transport, max_hops: int,
+                 default_timeout_ms: int) -> None:
+        self.registry = registry
+        self.transport = transport
+        self.max_hops = max_hops
+        self.default_timeout_ms = default_timeout_ms
+        self._pools: dict[str, list[Any]] = {}
+
+    async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
+                    args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+                    ) -> list[dict[str, Any]]:
+        """Starts agents and registers them; returns their registry entries (with ``host``).
+
+        Raises:
+            AgentAlreadyExists: an ID is live.
+            Exception: what an agent's constructor or ``on_start`` raised.
+        """
+        if isinstance(placement, Packed):
+            hosts = self._pool(placement)
+            counts = await asyncio.gather(*(h.count.remote() for h in hosts))
+            groups: dict[int, list[str]] = {}
+            for agent_id in agent_ids:
+                i = min(range(len(hosts)), key=lambda j: counts[j])
+                counts[i] += 1
+                groups.setdefault(i, []).append(agent_id)
+            placed = [(hosts[i], ids, False) for i, ids in groups.items()]
+        else:
+            placed = [(self._dedicated(placement), [a], True) for a in agent_ids]
+        results = await asyncio.gather(
+            *(h.add_agents.remote(cls, ids, tuple(args), kwargs or {}) for h, ids, _ in placed),
+            return_exceptions=True)
+        entries: list[dict[str, Any]] = []
+        failure: BaseException | None = None
+        for (host, _, own), res in zip(placed, results, strict=True):
+            if isinstance(res, BaseException):
+                failure = failure or unwrap(res)
+                if own:  # a dedicated host whose agent did not start has nothing to host
+                    ray.kill(host)
+            else:
+                entries.extend(res)
+        if failure is not None:
+            raise failure
+        return entries
+
+    def _new_host(self, name: str, **options: Any) -> Any:
+        from actors.host import AgentHost
+
+        host_cls: Any = AgentHost  # a Ray actor class: typed by ray.remote, not by its body
+        handle = host_cls.options(name=name, namespace=NAMESPACE, max_concurrency=10_000,
+                                  **options).remote(name, NAMESPACE, self.registry,
+                                                    self.max_hops, self.default_timeout_ms)
+        self.transport.remember(name, handle)
+        return handle
+
+    def _dedicated(self, p: Dedicated) -> Any:
+        options: dict[str, Any] = {}
+        if p.num_cpus is not None:
+            options["num_cpus"] = p.num_cpus
+        if p.num_gpus is not None:
+            options["num_gpus"] = p.num_gpus
+        if p.memory is not None:
+            options["memory"] = p.memory
+        if p.resources:
+            options["resources"] = dict(p.resources)
+        if p.node_id is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(p.node_id, soft=True)
+        return self._new_host(f"reach.host.{secrets.token_hex(6)}", **options)
+
+    def _pool(self, p: Packed) -> list[Any]:
+        hosts = self._pools.get(p.pool)
+        if hosts is None:
+            hosts = [self._new_host(f"reach.pool.{p.pool}.{i}", get_if_exists=True,
+                                    lifetime="detached", max_restarts=-1)
+                     for i in range(p.size)]
+            self._pools[p.pool] = hosts
+        return hosts
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The user-facing exception inside a Ray task error (a ReachError, or the original)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
