@@ -16,7 +16,7 @@ import ray
 from actors._mem import rss_bytes
 from reach.agent import Agent
 from reach.client import Directory, Link
-from reach.errors import AgentAlreadyExists, ReachError
+from reach.errors import AgentAlreadyExists, ReachError, TaskCancelled
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.runner import AgentRunner, ReplySink
 from reach.transport import Transport
@@ -52,6 +52,8 @@ class AgentHost:
         self.interval_s = 10.0
         self._heartbeat: asyncio.Task[None] | None = None
         self._stopped: asyncio.Event | None = None
+        # Invariant: an exit record exists for every agent that left, until a watcher reads it.
+        self._exits: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     def _stop_event(self) -> asyncio.Event:
         if self._stopped is None:
@@ -74,6 +76,7 @@ class AgentHost:
         for agent_id in agent_ids:
             agent = cls(*args, **kwargs)
             agent.id = agent_id
+            agent._reach_exit = self._exit_hook(agent_id)  # type: ignore[attr-defined]
             await agent.on_start()
             fresh[agent_id] = AgentRunner(agent, self.link)
         entries = [self._entry(r.agent) for r in fresh.values()]
@@ -81,8 +84,34 @@ class AgentHost:
         for entry, epoch in zip(entries, epochs, strict=True):
             entry["epoch"] = self.epochs[entry["agent_id"]] = epoch
         self.runners.update(fresh)
+        loop = asyncio.get_running_loop()
+        for agent_id in fresh:
+            self._exits[agent_id] = loop.create_future()
         self._start_heartbeat()
         return entries
+
+    def _exit_hook(self, agent_id: str) -> Any:
+        def hook(normal: bool, reason: str) -> None:
+            asyncio.get_running_loop().create_task(
+                self._leave([agent_id], 5.0, normal, reason or "agent exited"))
+
+        return hook
+
+    async def watch_agent(self, agent_id: str) -> dict[str, Any]:
+        """Returns when the agent leaves this host: ``{"normal": bool, "reason": str}``.
+
+        An agent that is not here (this host restarted empty) has left abnormally. If the host
+        itself dies, the call fails, which the watcher reads as an abnormal exit too.
+        """
+        exit_ = self._exits.get(agent_id)
+        if exit_ is None:
+            return {"normal": False, "reason": f"agent {agent_id!r} is not on host {self.name}"}
+        return await asyncio.shield(exit_)
+
+    async def cancel_trace(self, trace_id: str, reason: str) -> int:
+        """Cancels every running handler of one trace (a task was aborted); returns how many."""
+        why = TaskCancelled(reason, details={"trace_id": trace_id})
+        return sum(r.cancel(why, trace_id) for r in self.runners.values())
 
     def _entry(self, agent: Agent) -> dict[str, Any]:
         return {"agent_id": agent.id, "capabilities": list(agent.capabilities),
@@ -90,11 +119,25 @@ class AgentHost:
                 "epoch": self.epochs.get(agent.id, 0)}
 
     async def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> int:
-        """Deregisters agents first, lets their in-flight handlers finish, then drops them."""
+        """Deregisters agents first, lets their in-flight handlers finish, then drops them.
+
+        Their watchers see a normal exit.
+        """
+        return await self._leave(agent_ids, timeout_s, True, "stopped")
+
+    async def _leave(self, agent_ids: list[str], timeout_s: float, normal: bool,
+                     reason: str) -> int:
         here = [i for i in agent_ids if i in self.runners]
-        await self.registry.deregister.remote(here, self.name)
+        try:
+            await self.registry.deregister.remote(here, self.name)
+        except Exception as exc:  # the registry may be restarting; its table rebuilds anyway
+            log.warning("deregistering %s failed: %s", here, exc)
         runners = [self.runners.pop(i) for i in here]
         await asyncio.gather(*(r.stop(timeout_s) for r in runners))
+        for agent_id in here:
+            exit_ = self._exits.pop(agent_id, None)
+            if exit_ is not None and not exit_.done():
+                exit_.set_result({"normal": normal, "reason": reason})
         return len(runners)
 
     async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], bytes | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from typing import Any
 
 import ray
@@ -20,7 +21,7 @@ from policies.discovery import Candidate, close_matches, find_holders, match_kin
 from policies.routing import heartbeat_expired, next_epoch
 from reach.errors import AgentAlreadyExists
 
-ONLINE, OFFLINE, RECOVERING = "online", "offline", "recovering"
+ONLINE, OFFLINE, RECOVERING, RESTARTING = "online", "offline", "recovering", "restarting"
 
 
 @ray.remote(max_restarts=-1, max_task_retries=-1)
@@ -40,6 +41,7 @@ class Registry:
         self.last_seen: dict[str, float] = {}
         # Invariant: cands[i] mirrors records[i]'s capabilities, description, status and load.
         self.cands: dict[str, Candidate] = {}
+        self.dead_letters_: deque[dict[str, Any]] = deque(maxlen=10_000)
         self._expiry: asyncio.Task[None] | None = None
         self.incarnation = os.urandom(8).hex()  # new after every restart
         # After a restart the table is empty until hosts re-register: until then an unknown ID
@@ -67,7 +69,7 @@ class Registry:
         if exclusive:
             for e in entries:
                 old = self.records.get(e["agent_id"])
-                if old is not None and old["status"] != OFFLINE and old["host"] != e["host"]:
+                if old is not None and old["status"] == ONLINE and old["host"] != e["host"]:
                     raise AgentAlreadyExists(
                         f"agent {e['agent_id']!r} is already live on host {old['host']}",
                         suggestion="stop it first, or choose another ID",
@@ -79,7 +81,8 @@ class Registry:
             old = self.records.get(e["agent_id"])
             if old is not None:
                 self._unindex(old)
-            same = old is not None and old["host"] == e["host"]
+            # A host re-registering what it already holds keeps the epoch; a new start grows it.
+            same = old is not None and old["host"] == e["host"] and not exclusive
             epoch = next_epoch(None if old is None else old["epoch"], same, e.get("epoch", 0))
             rec = {**e, "status": ONLINE, "load": 0, "epoch": epoch,
                    "capabilities": list(e["capabilities"])}
@@ -147,11 +150,31 @@ class Registry:
                 if heartbeat_expired(seen, now, self.interval_s, self.misses)}
         gone = []
         for rec in self.records.values():
-            if rec["host"] in dead and rec["status"] != OFFLINE:
+            if rec["host"] in dead and rec["status"] not in (OFFLINE, RESTARTING):
                 rec["status"] = OFFLINE
                 self._mirror(rec)
                 gone.append(rec["agent_id"])
         return gone
+
+    async def mark(self, agent_ids: list[str], status: str) -> None:
+        """Sets the status of agents (a supervisor marks them ``restarting``)."""
+        for agent_id in agent_ids:
+            rec = self.records.get(agent_id)
+            if rec is not None:
+                rec["status"] = status
+                self._mirror(rec)
+
+    async def hosts(self) -> list[str]:
+        """Names of the hosts that have heartbeat or registered, most recent last."""
+        return sorted(self.last_seen, key=self.last_seen.__getitem__)
+
+    async def dead_letter(self, letters: list[dict[str, Any]]) -> None:
+        """Records messages that could not be delivered, with their reasons (bounded)."""
+        self.dead_letters_.extend(letters)
+
+    async def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The most recent dead letters, oldest first."""
+        return list(self.dead_letters_)[-limit:]
 
     async def lookup(self, agent_id: str) -> dict[str, Any] | None:
         """The record of one agent; None if unknown; status "recovering" if it may yet appear."""

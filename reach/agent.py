@@ -170,6 +170,16 @@ class Agent:
                 models[spec.returns] = spec.returns_model
         return models
 
+    def exit(self, *, normal: bool = True, reason: str = "") -> None:
+        """Ends this agent once the current handler returns (its reply still goes out).
+
+        Its supervisor sees a normal exit (``normal=True``: a transient child is not restarted)
+        or an abnormal one. Outside a host this does nothing.
+        """
+        hook = getattr(self, "_reach_exit", None)
+        if hook is not None:
+            hook(normal, reason)
+
     async def on_start(self) -> None:
         """Called once in the host after the agent is constructed and before it is registered."""
 

@@ -37,6 +37,10 @@ ROUTE_TTL_S = 30.0
 HOLDERS_TTL_S = 1.0
 #: How many of the best holders a pick considers (broadcast asks for all of them).
 PICK_FROM = 64
+#: First interval at which a held message polls for its restarting agent (doubles to 0.25 s).
+HOLD_POLL_S = 0.02
+#: How long a notification waits for a restarting agent before it becomes a dead letter.
+NOTIFY_HOLD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -88,19 +92,19 @@ class Directory:
                             tuple[list[AgentInfo], list[str], float]] = {}
         self.lookups = 0
 
-    async def route(self, agent_id: str) -> str:
-        """The host endpoint of ``agent_id``.
+    async def route(self, agent_id: str, deadline: float | None = None) -> str:
+        """The host endpoint of ``agent_id``; while it restarts, waits for it (until ``deadline``).
 
         Raises:
             AgentNotFound: the registry has no such agent.
-            AgentUnavailable: the agent is offline.
+            AgentUnavailable: the agent is offline, or still restarting when waiting longer would
+                pass ``deadline`` (epoch seconds).
         """
         hit = self._routes.get(agent_id)
         now = self._clock()
         if hit is not None and hit[1] > now:
             return hit[0]
-        self.lookups += 1
-        rec = await self.registry.lookup.remote(agent_id)
+        rec = await self._lookup_settled(agent_id, deadline)
         if rec is None:
             raise AgentNotFound(
                 f"no agent {agent_id!r} is registered",
@@ -119,8 +123,26 @@ class Directory:
                 f"agent {agent_id!r} is offline (host {rec['host']} missed its heartbeats)",
                 details={"agent_id": agent_id, "host": rec["host"]},
             )
-        self._routes[agent_id] = (rec["host"], now + ROUTE_TTL_S)
+        self._routes[agent_id] = (rec["host"], self._clock() + ROUTE_TTL_S)
         return str(rec["host"])
+
+    async def _lookup_settled(self, agent_id: str, deadline: float | None) -> Any:
+        """Looks an agent up, holding while its supervisor restarts it."""
+        delay = HOLD_POLL_S
+        while True:
+            self.lookups += 1
+            rec = await self.registry.lookup.remote(agent_id)
+            if rec is None or rec["status"] != "restarting":
+                return rec
+            if deadline is None or time.time() + delay >= deadline:
+                raise AgentUnavailable(
+                    f"agent {agent_id!r} is restarting and is not back before the request's "
+                    "deadline",
+                    suggestion="retry later, or give the request a longer timeout",
+                    details={"agent_id": agent_id, "restarting": True},
+                )
+            await asyncio.sleep(delay)  # poll: the registry does not push
+            delay = min(delay * 2, 0.25)
 
     def learn(self, info: AgentInfo) -> None:
         """Caches a route found by discovery."""
@@ -187,17 +209,20 @@ class Client:
         link: The process's link.
         sender: The sending agent's (or driver's) ID.
         parent: The request being handled, for a handler's context.
+        trace_id: A trace for every message this client sends (a task's), when no parent.
     """
 
-    def __init__(self, link: Link, sender: str, parent: Envelope | None = None) -> None:
+    def __init__(self, link: Link, sender: str, parent: Envelope | None = None,
+                 trace_id: str | None = None) -> None:
         self._link = link
         self.sender = sender
         self.parent = parent
+        self._trace_id = trace_id
 
     @property
     def trace_id(self) -> str | None:
         """Trace ID shared by the call chain (None for a driver outside any call)."""
-        return self.parent.trace_id if self.parent else None
+        return self.parent.trace_id if self.parent else self._trace_id
 
     def _envelope(self, kind: MsgType, receiver: str, payload: BaseModel | Mapping[str, Any],
                   schema: str | None, timeout_ms: int | None) -> Envelope:
@@ -207,6 +232,8 @@ class Client:
             fields.update(trace_id=parent.trace_id, session_id=parent.session_id,
                           hops=(*parent.hops, self.sender))
             check_hops(fields["hops"], receiver, self._link.max_hops)
+        elif self._trace_id is not None:
+            fields["trace_id"] = self._trace_id
         if kind is MsgType.NOTIFICATION:
             return Envelope.notification(self.sender, receiver, payload, schema, **fields)
         timeout = child_timeout_ms(parent.deadline if parent else None, time.time(), timeout_ms,
@@ -233,7 +260,11 @@ class Client:
         link.inflight[env.receiver] += 1
         try:
             for attempt in range(2):
-                endpoint = await link.directory.route(env.receiver)
+                try:
+                    endpoint = await link.directory.route(env.receiver, env.deadline)
+                except AgentUnavailable as exc:
+                    self._dead_letter(env, exc)
+                    raise
                 pending = link.transport.expect(env, endpoint)
                 link.transport.post(endpoint, env)
                 assert pending.future is not None
@@ -272,6 +303,12 @@ class Client:
         holders = await self._link.directory.holders(capability, text)
         (picked,) = _pick(self._link, holders, 1)
         return await self.request(picked.agent_id, payload, schema, timeout_ms=timeout_ms)
+
+    def _dead_letter(self, env: Envelope, error: ReachError) -> None:
+        letter = {"msg_id": env.msg_id, "msg_type": env.msg_type.value, "sender": env.sender,
+                  "receiver": env.receiver, "trace_id": env.trace_id, "code": error.code,
+                  "reason": error.message, "at": time.time()}
+        self._link.directory.registry.dead_letter.remote([letter])
 
     async def request_capability(
         self, capability: str, payload: BaseModel | Mapping[str, Any], schema: str | None = None,
@@ -321,7 +358,11 @@ class Client:
             AgentUnavailable: it is offline.
         """
         env = self._envelope(MsgType.NOTIFICATION, agent_id, payload, schema, None)
-        endpoint = await self._link.directory.route(agent_id)
+        try:
+            endpoint = await self._link.directory.route(agent_id, time.time() + NOTIFY_HOLD_S)
+        except AgentUnavailable as exc:
+            self._dead_letter(env, exc)
+            raise
         self._link.transport.post(endpoint, env)
 
     async def stream(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
@@ -335,7 +376,7 @@ class Client:
         """
         env = self._envelope(MsgType.REQUEST, agent_id, payload, schema, timeout_ms)
         transport = self._link.transport
-        endpoint = await self._link.directory.route(agent_id)
+        endpoint = await self._link.directory.route(agent_id, env.deadline)
         pending = transport.expect(env, endpoint, stream=True)
         transport.post(endpoint, env)
         assert pending.chunks is not None

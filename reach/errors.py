@@ -17,6 +17,8 @@ Every error reach raises is a :class:`ReachError`. Names say the cause::
     ├── AgentUnavailable         the agent's host is dead or unreachable (retryable)
     ├── RequestTimeout           the deadline passed before a reply came (retryable)
     ├── RestartLimitExceeded     a supervisor gave up: restart intensity exceeded
+    ├── InvalidTransition        a task state change the state machine does not allow
+    ├── TaskCancelled            the task was cancelled before it finished
     ├── AuthError                a signature, replay window or ACL check failed
     └── HandlerError             a handler raised something that is not a ReachError
 
@@ -77,6 +79,8 @@ class ReachError(Exception):
         severity: Overrides the class's default severity.
         suggestion: What the caller could do about it.
         details: Extra facts as primitives (kept through pickle and the wire).
+        partial: For a degradable error, the partial result (a payload mapping); it travels in
+            the error envelope's payload.
     """
 
     code: ClassVar[str] = "reach_error"
@@ -89,12 +93,14 @@ class ReachError(Exception):
         severity: Severity | None = None,
         suggestion: str = "",
         details: dict[str, Detail] | None = None,
+        partial: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.severity = Severity(severity) if severity is not None else self.default_severity
         self.suggestion = suggestion
         self.details: dict[str, Detail] = dict(details or {})
+        self.partial = partial
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -103,7 +109,8 @@ class ReachError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only fields are not in self.args, so rebuild through the constructor explicitly.
-        return (_rebuild, (type(self), self.message, self.severity, self.suggestion, self.details))
+        return (_rebuild, (type(self), self.message, self.severity, self.suggestion, self.details,
+                           self.partial))
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -139,13 +146,15 @@ def _rebuild(
     severity: Severity,
     suggestion: str,
     details: dict[str, Detail],
+    partial: dict[str, Any] | None = None,
 ) -> ReachError:
     err = ReachError.__new__(cls)
-    ReachError.__init__(err, message, severity=severity, suggestion=suggestion, details=details)
+    ReachError.__init__(err, message, severity=severity, suggestion=suggestion, details=details,
+                        partial=partial)
     return err
 
 
-def error_from_info(info: ErrorInfo) -> ReachError:
+def error_from_info(info: ErrorInfo, partial: dict[str, Any] | None = None) -> ReachError:
     """Rebuilds the typed error that :meth:`ReachError.to_info` described.
 
     An unknown ``code`` (an error kind this process does not know) becomes a plain
@@ -156,7 +165,7 @@ def error_from_info(info: ErrorInfo) -> ReachError:
     if cls is None:
         cls = ReachError
         details.setdefault("code", info.code)
-    return _rebuild(cls, info.reason, info.severity, info.suggestion, details)
+    return _rebuild(cls, info.reason, info.severity, info.suggestion, details, partial)
 
 
 class ProtocolError(ReachError):
@@ -246,6 +255,18 @@ class RestartLimitExceeded(ReachError):
     code = "restart_limit_exceeded"
 
 
+class InvalidTransition(ReachError):
+    """A task state change that the task state machine does not allow."""
+
+    code = "invalid_transition"
+
+
+class TaskCancelled(ReachError):
+    """The task (or the request it made) was cancelled before it finished."""
+
+    code = "task_cancelled"
+
+
 class AuthError(ReachError):
     """A signature, replay-window or access-control check failed."""
 
@@ -269,6 +290,7 @@ __all__ = [
     "ErrorInfo",
     "HandlerError",
     "InvalidPayload",
+    "InvalidTransition",
     "LoopDetected",
     "NoCapableAgent",
     "ProtocolError",
@@ -279,6 +301,7 @@ __all__ = [
     "SchemaEvolutionError",
     "SchemaIncompatible",
     "Severity",
+    "TaskCancelled",
     "UnknownSchema",
     "error_from_info",
 ]

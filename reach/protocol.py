@@ -239,9 +239,10 @@ class Envelope(BaseModel):
     def fail(self, error: ReachError | ErrorInfo, *, sender: str = "") -> Envelope:
         """Builds the error envelope answering this request."""
         info = error.to_info() if isinstance(error, ReachError) else error
+        partial = error.partial if isinstance(error, ReachError) else None
         return Envelope(
             msg_type=MsgType.ERROR, sender=sender or self.receiver, receiver=self.sender,
-            payload_schema=ERROR_SCHEMA, request_id=self.msg_id, trace_id=self.trace_id,
+            payload={} if partial is None else {"partial": partial}, payload_schema=ERROR_SCHEMA, request_id=self.msg_id, trace_id=self.trace_id,
             session_id=self.session_id, hops=self.hops, error_info=info,
         )
 
@@ -253,7 +254,8 @@ class Envelope(BaseModel):
         """
         if self.error_info is None:
             raise _rule("error_needs_info", f"{self.msg_type.value} envelope carries no error")
-        return error_from_info(self.error_info)
+        partial = self.payload.get("partial")
+        return error_from_info(self.error_info, partial if isinstance(partial, dict) else None)
 
     def remaining_ms(self, now: float) -> float | None:
         """Milliseconds left before the deadline at time ``now`` (None when there is none)."""

@@ -19,7 +19,13 @@ from pydantic import BaseModel
 from policies.routing import check_hops
 from reach.agent import Agent, HandlerSpec
 from reach.client import Context, Link
-from reach.errors import HandlerError, ProtocolError, ReachError, RequestTimeout
+from reach.errors import (
+    AgentUnavailable,
+    HandlerError,
+    ProtocolError,
+    ReachError,
+    RequestTimeout,
+)
 from reach.protocol import Envelope, MsgType
 from reach.schemas import registry
 from reach.transport import STREAM_END_SCHEMA
@@ -67,7 +73,9 @@ class AgentRunner:
         self.link = link
         self.inflight = 0
         self.handled = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Invariant: every running handler task maps to the envelope it handles.
+        self._tasks: dict[asyncio.Task[None], Envelope] = {}
+        self._cancelled: dict[asyncio.Task[None], ReachError] = {}
         for ref, model in type(agent).schema_models().items():
             if ref not in registry.refs():
                 registry.register(ref, model)
@@ -91,9 +99,21 @@ class AgentRunner:
             self._refuse(env, sink.send, exc)
             return None
         task = asyncio.get_running_loop().create_task(self._run(spec, env, message, sink))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = env
+        task.add_done_callback(self._forget)
         return task
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+        self._cancelled.pop(task, None)
+
+    def cancel(self, why: ReachError, trace_id: str | None = None) -> int:
+        """Cancels running handlers (those of one trace, or all); their callers get ``why``."""
+        hit = [t for t, env in self._tasks.items() if trace_id is None or env.trace_id == trace_id]
+        for task in hit:
+            self._cancelled[task] = why
+            task.cancel()
+        return len(hit)
 
     def _refuse(self, env: Envelope, send: Callable[[Envelope], None], exc: ReachError) -> None:
         if env.msg_type is MsgType.REQUEST:
@@ -124,6 +144,11 @@ class AgentRunner:
                     result = await fn(ctx, message)
                     if env.msg_type is MsgType.REQUEST:
                         sink.send(self._reply(env, spec, result))
+        except asyncio.CancelledError:
+            why = self._cancelled.get(asyncio.current_task())  # type: ignore[arg-type]
+            if why is not None:
+                self._refuse(env, send, why)
+            raise
         except TimeoutError:
             self._refuse(env, send, RequestTimeout(
                 f"handler {spec.method} of {self.agent.id!r} passed the deadline",
@@ -161,10 +186,22 @@ class AgentRunner:
         )
 
     async def stop(self, timeout_s: float) -> None:
-        """Lets running handlers finish for up to ``timeout_s``, then cancels them."""
-        if self._tasks:
-            _, late = await asyncio.wait(self._tasks, timeout=timeout_s)
-            for task in late:
-                task.cancel()
-        await self.agent.on_stop()
+        """Lets running handlers finish for up to ``timeout_s``, then cancels them.
+
+        A request cut short is answered with a retryable AgentUnavailable, so that its task owner
+        can hand it to another holder of the capability.
+        """
+        running = [t for t in self._tasks if t is not asyncio.current_task()]
+        if running:
+            _, late = await asyncio.wait(running, timeout=timeout_s)
+            if late:
+                self.cancel(AgentUnavailable(
+                    f"agent {self.agent.id!r} stopped before finishing the request",
+                    suggestion="retry on another holder of the capability",
+                    details={"agent_id": self.agent.id}))
+                await asyncio.wait(late, timeout=1.0)
+        try:
+            await self.agent.on_stop()
+        except Exception:
+            log.exception("on_stop of %s raised", self.agent.id)
 
