@@ -134,6 +134,7 @@ class AgentHost:
             log.warning("deregistering %s failed: %s", here, exc)
         runners = [self.runners.pop(i) for i in here]
         await asyncio.gather(*(r.stop(timeout_s) for r in runners))
+        await self.transport.flush()  # the last replies leave before anyone kills this host
         for agent_id in here:
             exit_ = self._exits.pop(agent_id, None)
             if exit_ is not None and not exit_.done():

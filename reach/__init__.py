@@ -16,6 +16,7 @@ from reach.errors import (
     ErrorInfo,
     HandlerError,
     InvalidPayload,
+    InvalidTransition,
     LoopDetected,
     NoCapableAgent,
     ProtocolError,
@@ -26,6 +27,7 @@ from reach.errors import (
     SchemaEvolutionError,
     SchemaIncompatible,
     Severity,
+    TaskCancelled,
     UnknownSchema,
     error_from_info,
 )
@@ -33,9 +35,12 @@ from reach.protocol import Envelope, MsgType, new_id
 from reach.schemas import SchemaRef, SchemaRegistry, registry, schema
 
 if _TYPE_CHECKING:
+    from policies.supervision import Backoff, Intensity, RestartType, Strategy
+    from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
     from reach.client import AgentInfo, Client, Context
     from reach.runtime import Runtime, init
+    from reach.supervision import ChildSpec, SupervisorRef, SupervisorSpec, TaskHandle
 
 __version__ = "0.1.0"
 
@@ -46,6 +51,12 @@ _LAZY = {
     "Placement": "reach.agent", "handler": "reach.agent",
     "AgentInfo": "reach.client", "Client": "reach.client", "Context": "reach.client",
     "Runtime": "reach.runtime", "init": "reach.runtime",
+    "ChildSpec": "reach.supervision", "SupervisorRef": "reach.supervision",
+    "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",
+    "Backoff": "policies.supervision", "Intensity": "policies.supervision",
+    "RestartType": "policies.supervision", "Strategy": "policies.supervision",
+    "SeverityPolicy": "policies.tasks", "TaskPolicy": "policies.tasks",
+    "TaskState": "policies.tasks",
 }
 
 
@@ -67,6 +78,8 @@ __all__ = [
     "AgentNotFound",
     "AgentUnavailable",
     "AuthError",
+    "Backoff",
+    "ChildSpec",
     "Client",
     "Codec",
     "CodecError",
@@ -75,7 +88,9 @@ __all__ = [
     "Envelope",
     "ErrorInfo",
     "HandlerError",
+    "Intensity",
     "InvalidPayload",
+    "InvalidTransition",
     "LoopDetected",
     "MsgType",
     "NoCapableAgent",
@@ -86,6 +101,7 @@ __all__ = [
     "Refused",
     "RequestTimeout",
     "RestartLimitExceeded",
+    "RestartType",
     "Runtime",
     "SchemaError",
     "SchemaEvolutionError",
@@ -93,6 +109,14 @@ __all__ = [
     "SchemaRef",
     "SchemaRegistry",
     "Severity",
+    "SeverityPolicy",
+    "Strategy",
+    "SupervisorRef",
+    "SupervisorSpec",
+    "TaskCancelled",
+    "TaskHandle",
+    "TaskPolicy",
+    "TaskState",
     "UnknownSchema",
     "__version__",
     "decode",

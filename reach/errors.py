@@ -140,7 +140,7 @@ class ReachError(Exception):
 _BY_CODE: dict[str, type[ReachError]] = {"reach_error": ReachError}
 
 
-def _rebuild(
+def _rebuild(  # noqa: PLR0917 - pickle calls it positionally
     cls: type[ReachError],
     message: str,
     severity: Severity,

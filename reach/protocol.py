@@ -242,7 +242,8 @@ class Envelope(BaseModel):
         partial = error.partial if isinstance(error, ReachError) else None
         return Envelope(
             msg_type=MsgType.ERROR, sender=sender or self.receiver, receiver=self.sender,
-            payload={} if partial is None else {"partial": partial}, payload_schema=ERROR_SCHEMA, request_id=self.msg_id, trace_id=self.trace_id,
+            payload={} if partial is None else {"partial": partial}, payload_schema=ERROR_SCHEMA,
+            request_id=self.msg_id, trace_id=self.trace_id,
             session_id=self.session_id, hops=self.hops, error_info=info,
         )
 

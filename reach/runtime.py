@@ -17,8 +17,9 @@ import ray
 
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import AgentInfo, Client, Directory, Link
-from reach.errors import AgentNotFound
-from reach.spawner import NAMESPACE, Spawner
+from reach.errors import AgentAlreadyExists, AgentNotFound
+from reach.spawner import NAMESPACE, Spawner, unwrap
+from reach.supervision import SupervisorRef, SupervisorSpec
 from reach.transport import Transport
 
 REGISTRY_NAME = "reach.registry"
@@ -101,6 +102,38 @@ class Runtime:
         if rec["host"].startswith("reach.host."):
             await host.stop.remote(timeout_s)
             ray.kill(host)
+
+    async def supervise(self, spec: SupervisorSpec) -> SupervisorRef:
+        """Starts a supervision tree (its root is this spec) and returns its handle.
+
+        Raises:
+            AgentAlreadyExists: a supervisor with that name, or a child ID, is already live.
+            Exception: a child failed to start (what its constructor raised).
+        """
+        from actors.supervisor import Supervisor
+
+        self._ensure_polling()
+        name = f"reach.sup.{spec.name}"
+        sup_cls: Any = Supervisor
+        try:
+            handle = sup_cls.options(name=name, namespace=NAMESPACE, max_concurrency=10_000,
+                                     lifetime="detached").remote(
+                spec, self.registry, None, self.link.max_hops, self.link.default_timeout_ms)
+        except ValueError as exc:
+            raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
+                                     details={"supervisor": spec.name}) from exc
+        try:
+            await handle.start.remote()
+        except Exception as exc:
+            ray.kill(handle)
+            raise unwrap(exc) from None
+        self.transport.remember(name, handle)
+        return SupervisorRef(handle, spec.name)
+
+    async def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """Messages that could not be delivered, with their reasons, oldest first."""
+        letters: list[dict[str, Any]] = await self.registry.dead_letters.remote(limit)
+        return letters
 
     # -- shortcuts -----------------------------------------------------------------------------
 

@@ -29,6 +29,9 @@ from reach.protocol import Envelope, MsgType
 
 log = logging.getLogger("reach.transport")
 
+#: How long requests waiting on a dead endpoint wait for replies it sent just before dying.
+WATCH_GRACE_S = 0.25
+
 #: Schema of the end-of-stream marker that closes a streamed reply.
 STREAM_END_SCHEMA = "reach.stream.end@1.0"
 
@@ -111,6 +114,7 @@ class Transport:
         self._outboxes: dict[str, _Outbox] = {}
         self._handles: dict[str, Any] = {}
         self._watches: dict[str, asyncio.Task[None]] = {}
+        self._drains: set[asyncio.Task[None]] = set()
         # Invariant: every pending request is keyed by its msg_id and names its endpoint.
         self.pending: dict[str, Pending] = {}
         self.batches_sent = 0
@@ -154,7 +158,9 @@ class Transport:
         box.queue.append(envelope)
         if not box.busy:
             box.busy = True
-            asyncio.get_running_loop().create_task(self._drain(box))
+            drain = asyncio.get_running_loop().create_task(self._drain(box))
+            self._drains.add(drain)
+            drain.add_done_callback(self._drains.discard)
 
     def expect(self, envelope: Envelope, endpoint: str, *, stream: bool = False) -> Pending:
         """Registers a pending reply for a request about to be posted to ``endpoint``."""
@@ -274,17 +280,29 @@ class Transport:
         except asyncio.CancelledError:
             return
         self._watches.pop(endpoint, None)
+        self._forget_endpoint(endpoint)
+        # Replies the endpoint sent just before it went (through another path, such as a
+        # driver's inbox) may still be on their way: give them a moment before failing.
+        await asyncio.sleep(WATCH_GRACE_S)
         self.endpoint_died(endpoint, error)
+
+    def _forget_endpoint(self, endpoint: str) -> None:
+        self._outboxes.pop(endpoint, None)
+        self._handles.pop(endpoint, None)
+        if self._on_dead is not None:
+            self._on_dead(endpoint)
 
     def endpoint_died(self, endpoint: str, error: ReachError) -> None:
         """Fails every request waiting on ``endpoint`` and forgets the endpoint."""
-        self._outboxes.pop(endpoint, None)
-        self._handles.pop(endpoint, None)
+        self._forget_endpoint(endpoint)
         for msg_id, pending in list(self.pending.items()):
             if pending.endpoint == endpoint:
                 self._fail(msg_id, error)
-        if self._on_dead is not None:
-            self._on_dead(endpoint)
+
+    async def flush(self) -> None:
+        """Returns once every queued envelope has been handed over (or failed)."""
+        while self._drains:
+            await asyncio.gather(*self._drains, return_exceptions=True)
 
     def close(self) -> None:
         """Stops watching; fails nothing (the process is going away)."""

@@ -135,3 +135,70 @@ class Crashing(reach.Agent):
 
     def __init__(self) -> None:
         raise RuntimeError("constructor refuses to start")
+
+
+@reach.schema("test.life@1.0")
+class Life(BaseModel):
+    agent_id: str
+    pid: int
+    token: str
+    cancelled: list[str] = []
+    calls: int = 0
+
+
+class Worker(reach.Agent):
+    """A supervised agent that can report who it is, crash, quit, fail, or be slow."""
+
+    capabilities = ("test.worker",)
+
+    def __init__(self, fail_if_exists: str = "") -> None:
+        if fail_if_exists and os.path.exists(fail_if_exists):
+            raise RuntimeError(f"refusing to start: {fail_if_exists} exists")
+        self.token = os.urandom(6).hex()
+        self.cancelled: list[str] = []
+        self.calls = 0
+
+    def _life(self) -> Life:
+        return Life(agent_id=self.id, pid=os.getpid(), token=self.token,
+                    cancelled=self.cancelled, calls=self.calls)
+
+    @reach.handler("test.life.ask@1.0", returns=Life)
+    async def life(self, ctx: reach.Context, _m: dict[str, Any]) -> Life:
+        return self._life()
+
+    @reach.handler(Text, returns=Text)
+    async def act(self, ctx: reach.Context, m: Text) -> Text:
+        self.calls += 1
+        if m.text == "crash":
+            os._exit(1)
+        if m.text == "quit":
+            self.exit(normal=True)
+        elif m.text == "die":
+            self.exit(normal=False, reason="asked to die")
+        elif m.text == "retryable":
+            raise reach.ReachError("flaky", severity=reach.Severity.RETRYABLE)
+        elif m.text == "degrade":
+            raise reach.ReachError("half done", severity=reach.Severity.DEGRADABLE,
+                                   partial={"rows": 5, "of": 10})
+        elif m.text == "fatal":
+            raise reach.ReachError("cannot ever work", severity=reach.Severity.FATAL)
+        elif m.text.startswith("sleep"):
+            try:
+                await asyncio.sleep(float(m.text.removeprefix("sleep")))
+            except asyncio.CancelledError:
+                self.cancelled.append(ctx.trace_id or "")
+                raise
+        return Text(text=f"{self.id}:{m.text}")
+
+
+class Fanner(reach.Agent):
+    """Calls two agents at once: to[0] slowly, to[1] with the given text."""
+
+    capabilities = ("test.fanner",)
+
+    @reach.handler(Forward, returns=Text)
+    async def fan(self, ctx: reach.Context, m: Forward) -> Text:
+        slow = asyncio.ensure_future(ctx.request(m.to[0], Text(text="sleep30")))
+        await ctx.request(m.to[1], Text(text=m.text))
+        await slow
+        return Text(text="both done")

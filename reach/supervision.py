@@ -1,0 +1,152 @@
+"""Supervision trees as a user declares them, and the driver's handles on supervisors and tasks.
+
+Example::
+
+    tree = reach.SupervisorSpec("shop", children=[
+        reach.ChildSpec(OrderAgent, "order-1", placement=reach.Packed()),
+        reach.ChildSpec(RefundAgent, "refund-1", restart=reach.RestartType.TRANSIENT),
+    ], strategy=reach.Strategy.ONE_FOR_ONE, intensity=reach.Intensity(3, 10))
+    sup = await rt.supervise(tree)
+    task = await sup.submit("order.query", OrderQuery(order_id="A-1"), by_capability=True)
+    result = await task.result()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from policies.supervision import Backoff, Intensity, RestartType, Strategy
+from policies.tasks import SeverityPolicy, TaskPolicy
+from reach.agent import Agent, Dedicated, Placement
+from reach.errors import ErrorInfo, RestartLimitExceeded, error_from_info
+from reach.schemas import registry
+from reach.tasks import TaskSpec
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """An agent a supervisor starts, watches and restarts.
+
+    Attributes:
+        agent: The agent class.
+        agent_id: Its ID (unique while it lives).
+        placement: Dedicated (default) or packed.
+        restart: permanent (default), transient or temporary.
+        args: Positional arguments of the agent's constructor.
+        kwargs: Keyword arguments of the agent's constructor.
+        shutdown_timeout_s: How long its in-flight requests may finish when it is stopped.
+    """
+
+    agent: type[Agent]
+    agent_id: str
+    placement: Placement = field(default_factory=Dedicated)
+    restart: RestartType = RestartType.PERMANENT
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    shutdown_timeout_s: float = 5.0
+
+    @property
+    def child_id(self) -> str:
+        """The ID the supervisor knows this child by."""
+        return self.agent_id
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    """A supervisor: its children (agents or supervisors), strategy, intensity and policies.
+
+    Attributes:
+        name: Unique name of the supervisor (its actor is ``reach.sup.<name>``).
+        children: Started in this order, stopped in the reverse order.
+        strategy: one_for_one (default), one_for_all or rest_for_one.
+        intensity: At most this many restarts in this period before giving up (1 in 5 s).
+        backoff: Delays before restarts and task retries.
+        task_policy: Decides on task errors (any object with ``decide``).
+        restart: How the parent treats this supervisor as a child.
+        shutdown_timeout_s: How long stopping this supervisor's subtree may take.
+        seed: Seed of the random generator for jitter (None: unpredictable).
+    """
+
+    name: str
+    children: Sequence[ChildSpec | SupervisorSpec] = ()
+    strategy: Strategy = Strategy.ONE_FOR_ONE
+    intensity: Intensity = field(default_factory=Intensity)
+    backoff: Backoff = field(default_factory=Backoff)
+    task_policy: TaskPolicy = field(default_factory=SeverityPolicy)
+    restart: RestartType = RestartType.PERMANENT
+    shutdown_timeout_s: float = 10.0
+    seed: int | None = None
+
+    @property
+    def child_id(self) -> str:
+        """The ID the parent knows this supervisor by."""
+        return self.name
+
+
+class TaskHandle:
+    """A submitted task: await its end with :meth:`result`, or :meth:`cancel` it."""
+
+    def __init__(self, supervisor: Any, task_id: str) -> None:
+        self.supervisor = supervisor
+        self.task_id = task_id
+
+    async def result(self) -> dict[str, Any]:
+        """Waits for the task's end; returns state, value, partial, error and attempts."""
+        result: dict[str, Any] = await self.supervisor.wait_task.remote(self.task_id)
+        return result
+
+    async def cancel(self) -> dict[str, Any]:
+        """Cancels the task and its outstanding sub-requests; returns its result."""
+        result: dict[str, Any] = await self.supervisor.cancel_task.remote(self.task_id)
+        return result
+
+
+class SupervisorRef:
+    """The driver's handle on a running supervisor (the root of a tree, usually)."""
+
+    def __init__(self, handle: Any, name: str) -> None:
+        self.handle = handle
+        self.name = name
+
+    async def submit(self, target: str, payload: BaseModel | Mapping[str, Any],
+                     schema: str | None = None, *, by_capability: bool = False,
+                     timeout_ms: int = 30_000, retry_limit: int = 3) -> TaskHandle:
+        """Submits a task this supervisor owns; returns its handle at once.
+
+        Raises:
+            UnknownSchema: ``payload`` is an unregistered model and no ``schema`` is given.
+        """
+        if isinstance(payload, BaseModel):
+            body, ref = payload.model_dump(mode="python"), schema or registry.ref_of(type(payload))
+        else:
+            body, ref = dict(payload), schema or ""
+        spec = TaskSpec(target, body, ref, by_capability, timeout_ms, retry_limit)
+        task_id: str = await self.handle.submit.remote(spec)
+        return TaskHandle(self.handle, task_id)
+
+    async def status(self) -> dict[str, Any]:
+        """The supervisor's state, children, restarts and tasks, with its subtree."""
+        status: dict[str, Any] = await self.handle.status.remote()
+        return status
+
+    async def wait(self) -> None:
+        """Returns only if the supervisor stops normally.
+
+        Raises:
+            RestartLimitExceeded: it exceeded its restart intensity and gave up.
+        """
+        info = await self.handle.wait_gave_up.remote()
+        if info is not None:
+            raise error_from_info(ErrorInfo.model_validate(info))
+
+    async def stop(self) -> list[str]:
+        """Stops the subtree (children in reverse start order); returns the order of stopping."""
+        order: list[str] = await self.handle.stop.remote()
+        return order
+
+
+__all__ = ["ChildSpec", "RestartLimitExceeded", "SupervisorRef", "SupervisorSpec", "TaskHandle"]

@@ -1,0 +1,239 @@
+"""Tasks: work a supervisor owns from submission to an end, deciding on every error.
+
+The owner sends the task's request to an agent (by ID, or the least-loaded holder of a
+capability), and on an error asks its task policy: retry (on another holder when it fails over),
+finish degraded with the partial result, abort (cancelling every handler still running under the
+task's trace), or fail. A task is assigned to one agent at a time, never two, and every attempt is
+recorded: which agent, which error, when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from policies.tasks import FINAL_STATE, TERMINAL, Action, TaskPolicy, TaskState, transition
+from reach.client import Client, Link
+from reach.errors import InvalidTransition, ReachError, RequestTimeout, TaskCancelled
+from reach.protocol import new_id
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What to do: send ``payload`` to ``target`` (an agent ID, or a capability).
+
+    Attributes:
+        target: Agent ID, or capability tag when ``by_capability``.
+        payload: The request payload (a mapping valid under ``schema``).
+        schema: The payload's ``name@MAJOR.MINOR``.
+        by_capability: Route to the least-loaded holder of ``target``, failing over on retries.
+        timeout_ms: Budget of the whole task, every attempt and backoff included.
+        retry_limit: Retries allowed after the first attempt.
+    """
+
+    target: str
+    payload: dict[str, Any]
+    schema: str
+    by_capability: bool = False
+    timeout_ms: int = 30_000
+    retry_limit: int = 3
+
+
+@dataclass
+class Attempt:
+    """One try: the agent it went to, when, and how it ended."""
+
+    agent_id: str
+    started: float
+    ended: float = 0.0
+    outcome: str = "running"
+    code: str = ""
+    severity: str = ""
+    reason: str = ""
+    decision: str = ""
+
+
+@dataclass
+class TaskRecord:
+    """A task's state and history, as the owner keeps it and as :meth:`result` reports it."""
+
+    task_id: str
+    spec: TaskSpec
+    state: TaskState = TaskState.INITIALIZED
+    value: dict[str, Any] | None = None
+    partial: bool = False
+    error: dict[str, Any] | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    # Invariant: assigned is the one agent working on the task now, or None.
+    assigned: str | None = None
+    submitted: float = field(default_factory=time.time)
+    finished: float = 0.0
+
+    def move(self, to: TaskState) -> None:
+        """Moves along the state machine (refusing an illegal move)."""
+        self.state = transition(self.state, to)
+        if to in TERMINAL:
+            self.finished = time.time()
+
+    def result(self) -> dict[str, Any]:
+        """The task's outcome as plain data (it crosses process boundaries)."""
+        return {"task_id": self.task_id, "state": self.state.value, "value": self.value,
+                "partial": self.partial, "error": self.error,
+                "attempts": [asdict(a) for a in self.attempts],
+                "submitted": self.submitted, "finished": self.finished}
+
+
+class TaskRunner:
+    """Runs tasks for one owner (a supervisor).
+
+    Args:
+        link: The owner's link (its transport and directory).
+        owner: The owner's ID, the sender of every task request.
+        policy: Decides on errors.
+        rng: Random generator for backoff jitter.
+        cancel_trace: Cancels every running handler of a trace, cluster-wide (for aborts).
+    """
+
+    def __init__(self, link: Link, owner: str, policy: TaskPolicy, rng: random.Random,
+                 cancel_trace: Callable[[str, str], Awaitable[None]]) -> None:
+        self.link = link
+        self.owner = owner
+        self.policy = policy
+        self.rng = rng
+        self.cancel_trace = cancel_trace
+        self.tasks: dict[str, TaskRecord] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+
+    def submit(self, spec: TaskSpec) -> str:
+        """Starts a task; returns its ID (also the trace ID of all its messages)."""
+        task = TaskRecord(new_id(), spec)
+        self.tasks[task.task_id] = task
+        runner = asyncio.get_running_loop().create_task(self._run(task))
+        self._running[task.task_id] = runner
+        runner.add_done_callback(lambda _: self._running.pop(task.task_id, None))
+        return task.task_id
+
+    async def wait(self, task_id: str) -> dict[str, Any]:
+        """Waits for a task to end; returns its result."""
+        runner = self._running.get(task_id)
+        if runner is not None:
+            await asyncio.shield(runner)
+        return self.tasks[task_id].result()
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        """Cancels a task and every handler still running under it; returns its result."""
+        task = self.tasks[task_id]
+        runner = self._running.get(task_id)
+        if runner is not None and task.state not in TERMINAL:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+        return task.result()
+
+    def counts(self) -> dict[str, int]:
+        """Tasks by state."""
+        out: dict[str, int] = {}
+        for task in self.tasks.values():
+            out[task.state.value] = out.get(task.state.value, 0) + 1
+        return out
+
+    async def _run(self, task: TaskRecord) -> None:
+        task.move(TaskState.RUNNING)
+        deadline = task.submitted + task.spec.timeout_ms / 1000
+        client = Client(self.link, self.owner, trace_id=task.task_id)
+        tried: set[str] = set()
+        try:
+            while True:
+                decision = await self._attempt(task, client, deadline, tried)
+                if decision is None:
+                    return
+                if decision.action is not Action.RETRY:
+                    task.move(FINAL_STATE[decision.action])
+                    if decision.action is Action.ABORT:
+                        await self.cancel_trace(task.task_id, "task aborted on a fatal error")
+                    return
+                if time.time() + decision.delay_s >= deadline:
+                    self._end_on_deadline(task)
+                    return
+                await asyncio.sleep(decision.delay_s)
+        except asyncio.CancelledError:
+            if task.state not in TERMINAL:
+                task.error = TaskCancelled("task cancelled").to_info().model_dump(mode="json")
+                task.move(TaskState.CANCELLED)
+                await self.cancel_trace(task.task_id, "task cancelled")
+            raise
+
+    async def _attempt(self, task: TaskRecord, client: Client, deadline: float,
+                       tried: set[str]) -> Any:
+        left_ms = int((deadline - time.time()) * 1000)
+        if left_ms <= 0:
+            self._end_on_deadline(task)
+            return None
+        try:
+            agent_id = await self._choose(task, client, tried)
+        except ReachError as exc:
+            attempt = Attempt("", time.time())
+            task.attempts.append(attempt)
+            return self._decide(task, attempt, exc, alternatives=0)
+        if task.assigned is not None:
+            raise InvalidTransition(f"task {task.task_id} is already assigned to {task.assigned}")
+        task.assigned = agent_id
+        attempt = Attempt(agent_id, time.time())
+        task.attempts.append(attempt)
+        try:
+            reply = await client.request(agent_id, task.spec.payload, task.spec.schema,
+                                         timeout_ms=left_ms)
+        except ReachError as exc:
+            tried.add(agent_id)
+            alternatives = await self._alternatives(task, client, tried)
+            return self._decide(task, attempt, exc, alternatives)
+        finally:
+            task.assigned = None
+        attempt.ended, attempt.outcome = time.time(), "completed"
+        task.value = dict(reply.payload)
+        task.move(TaskState.COMPLETED)
+        return None
+
+    async def _choose(self, task: TaskRecord, client: Client, tried: set[str]) -> str:
+        if not task.spec.by_capability:
+            return task.spec.target
+        holders = await client.discover(task.spec.target)
+        fresh = [h for h in holders if h.agent_id not in tried] or holders
+        if fresh is holders:
+            tried.clear()  # every holder failed once: start another round
+        best = min(fresh, key=lambda h: (self.link.inflight[h.agent_id] + h.load, h.agent_id))
+        return best.agent_id
+
+    async def _alternatives(self, task: TaskRecord, client: Client, tried: set[str]) -> int:
+        if not task.spec.by_capability:
+            return 0
+        try:
+            holders = await client.discover(task.spec.target)
+        except ReachError:
+            return 0
+        return sum(1 for h in holders if h.agent_id not in tried)
+
+    def _decide(self, task: TaskRecord, attempt: Attempt, exc: ReachError,
+                alternatives: int) -> Any:
+        failures = sum(1 for a in task.attempts if a.outcome == "error")
+        decision = self.policy.decide(exc.severity, attempt=failures,
+                                      retry_limit=task.spec.retry_limit,
+                                      alternatives=alternatives, rng=self.rng)
+        attempt.ended, attempt.outcome = time.time(), "error"
+        attempt.code, attempt.severity, attempt.reason = exc.code, exc.severity.value, exc.message
+        attempt.decision = decision.action.value
+        if decision.action is not Action.RETRY:
+            task.error = exc.to_info().model_dump(mode="json")
+            if decision.action is Action.DEGRADE:
+                task.value, task.partial = exc.partial, True
+        return decision
+
+    def _end_on_deadline(self, task: TaskRecord) -> None:
+        error = RequestTimeout(f"task {task.task_id} ran out of time after "
+                               f"{len(task.attempts)} attempts",
+                               details={"timeout_ms": task.spec.timeout_ms})
+        task.error = error.to_info().model_dump(mode="json")
+        task.move(TaskState.FAILED)

@@ -1,0 +1,178 @@
+"""Tasks under a supervisor: retry with failover, degrade, abort with cancellation, history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import wait_until
+from support_agents import Fanner, Forward, Forwarder, Life, Text, Worker
+
+import reach
+from reach import ChildSpec, SupervisorSpec
+
+pytestmark = pytest.mark.integration
+
+FAST = reach.Backoff(base_s=0.01, cap_s=0.05)
+
+
+class Flaky(Worker):
+    capabilities = ("task.flaky",)
+
+
+class AlsoFlaky(Worker):
+    capabilities = ("task.flaky",)
+
+
+async def test_retryable_errors_fail_over_between_holders_until_the_retry_limit(
+    rt: Any
+) -> None:
+    sup = await rt.supervise(SupervisorSpec("t-failover", backoff=FAST, seed=3, children=[
+        ChildSpec(Flaky, "t-a-flaky", placement=reach.Packed(pool="tasks")),
+        ChildSpec(AlsoFlaky, "t-b-also-flaky", placement=reach.Packed(pool="tasks"))]))
+    # Both hold task.flaky; the flaky one sorts first, so it gets the first attempt.
+    task = await sup.submit("task.flaky", Text(text="retryable"), by_capability=True)
+    result = await task.result()
+    assert result["state"] == "failed"  # both raise retryable for this text: limit reached
+    assert {a["agent_id"] for a in result["attempts"]} == {"t-a-flaky", "t-b-also-flaky"}
+    assert len(result["attempts"]) == 4  # the first try and three retries
+    assert [a["decision"] for a in result["attempts"]] == ["retry", "retry", "retry", "fail"]
+
+    task = await sup.submit("t-a-flaky", Text(text="retryable"), retry_limit=1)
+    result = await task.result()
+    assert [a["agent_id"] for a in result["attempts"]] == ["t-a-flaky", "t-a-flaky"]
+    await sup.stop()
+
+
+async def test_failover_completes_on_the_healthy_holder(rt: Any) -> None:
+    class Broken(Worker):
+        capabilities = ("task.mixed",)
+
+        @reach.handler(Text, returns=Text)
+        async def act(self, ctx: reach.Context, m: Text) -> Text:
+            raise reach.AgentUnavailable("my database is down")
+
+    class Healthy(Worker):
+        capabilities = ("task.mixed",)
+
+    sup = await rt.supervise(SupervisorSpec("t-mixed", backoff=FAST, seed=3, children=[
+        ChildSpec(Broken, "t-m-a-broken", placement=reach.Packed(pool="tasks")),
+        ChildSpec(Healthy, "t-m-b-healthy", placement=reach.Packed(pool="tasks"))]))
+    result = await (await sup.submit("task.mixed", Text(text="hello"),
+                                     by_capability=True)).result()
+    assert result["state"] == "completed"
+    assert result["value"] == {"text": "t-m-b-healthy:hello"}
+    assert [(a["agent_id"], a["outcome"]) for a in result["attempts"]] == [
+        ("t-m-a-broken", "error"), ("t-m-b-healthy", "completed")]
+    assert result["attempts"][0]["code"] == "agent_unavailable"
+    # Never assigned to two agents at once: each attempt starts after the previous one ended.
+    first, second = result["attempts"]
+    assert second["started"] >= first["ended"]
+    await sup.stop()
+
+
+async def test_a_degradable_error_finishes_degraded_with_the_partial_result(rt: Any) -> None:
+    sup = await rt.supervise(SupervisorSpec("t-degrade", backoff=FAST, children=[
+        ChildSpec(Worker, "t-degrade-1", placement=reach.Packed(pool="tasks"))]))
+    result = await (await sup.submit("t-degrade-1", Text(text="degrade"))).result()
+    assert result["state"] == "degraded"
+    assert result["partial"] is True
+    assert result["value"] == {"rows": 5, "of": 10}
+    assert result["error"]["severity"] == "degradable"
+    await sup.stop()
+
+
+async def test_a_fatal_error_aborts_and_cancels_outstanding_sub_requests(rt: Any) -> None:
+    sup = await rt.supervise(SupervisorSpec("t-abort", backoff=FAST, children=[
+        ChildSpec(Fanner, "t-fanner", placement=reach.Packed(pool="tasks")),
+        ChildSpec(Worker, "t-slow", placement=reach.Packed(pool="tasks")),
+        ChildSpec(Worker, "t-fatal", placement=reach.Packed(pool="tasks"))]))
+    task = await sup.submit("t-fanner", Forward(to=["t-slow", "t-fatal"], text="fatal"))
+    result = await task.result()
+    assert result["state"] == "failed"
+    assert result["error"]["severity"] == "fatal"
+    assert [a["decision"] for a in result["attempts"]] == ["abort"]
+
+    async def slow_was_cancelled() -> Life | None:
+        reply = await rt.client.request("t-slow", {}, "test.life.ask@1.0")
+        info = Life.model_validate(reply.payload)
+        return info if task.task_id in info.cancelled else None
+
+    assert await wait_until(slow_was_cancelled)
+    await sup.stop()
+
+
+async def test_errors_travel_up_the_chain_and_only_the_task_owner_retries(rt: Any) -> None:
+    sup = await rt.supervise(SupervisorSpec("t-chain", backoff=FAST, children=[
+        ChildSpec(Forwarder, "t-front", placement=reach.Packed(pool="tasks")),
+        ChildSpec(Worker, "t-back", placement=reach.Packed(pool="tasks"))]))
+    before = Life.model_validate(
+        (await rt.client.request("t-back", {}, "test.life.ask@1.0")).payload).calls
+
+    result = await (await sup.submit(
+        "t-front", {"to": ["t-back"], "text": "unused"}, "test.forward@1.0",
+        retry_limit=2)).result()
+    # t-front forwards a Forward payload that t-back (a Worker) cannot read: a fatal
+    # schema error raised by t-back, carried up through t-front to the owner, which aborts.
+    assert result["state"] == "failed"
+    assert result["attempts"][0]["code"] == "schema_incompatible"
+    after = Life.model_validate(
+        (await rt.client.request("t-back", {}, "test.life.ask@1.0")).payload).calls
+    assert after == before  # the handler never ran: refused before delivery to it
+    await sup.stop()
+
+
+async def test_a_retryable_error_deep_in_the_chain_is_retried_by_the_owner_not_the_caller(
+    rt: Any
+) -> None:
+    class Relay(reach.Agent):
+        capabilities = ("task.relay",)
+
+        @reach.handler(Text, returns=Text)
+        async def relay(self, ctx: reach.Context, m: Text) -> Text:
+            reply = await ctx.request("t-deep-worker", Text(text="retryable"))
+            return Text.model_validate(reply.payload)
+
+    sup = await rt.supervise(SupervisorSpec("t-deep", backoff=FAST, children=[
+        ChildSpec(Relay, "t-deep-relay", placement=reach.Packed(pool="tasks")),
+        ChildSpec(Worker, "t-deep-worker", placement=reach.Packed(pool="tasks"))]))
+    result = await (await sup.submit("t-deep-relay", Text(text="go"), retry_limit=2)).result()
+    assert result["state"] == "failed"
+    assert [a["agent_id"] for a in result["attempts"]] == ["t-deep-relay"] * 3
+    assert {a["severity"] for a in result["attempts"]} == {"retryable"}
+    calls = Life.model_validate(
+        (await rt.client.request("t-deep-worker", {}, "test.life.ask@1.0")).payload).calls
+    assert calls == 3  # once per owner attempt: the relay never retried on its own
+    await sup.stop()
+
+
+async def test_a_task_can_be_cancelled_and_its_handler_is_cancelled_too(rt: Any) -> None:
+    sup = await rt.supervise(SupervisorSpec("t-cancel", backoff=FAST, children=[
+        ChildSpec(Worker, "t-cancel-1", placement=reach.Packed(pool="tasks"))]))
+    task = await sup.submit("t-cancel-1", Text(text="sleep60"), timeout_ms=120_000)
+
+    async def running() -> bool:
+        reply = await rt.client.request("t-cancel-1", {}, "test.life.ask@1.0")
+        return Life.model_validate(reply.payload).calls == 1
+
+    await wait_until(running)
+    result = await task.cancel()
+    assert result["state"] == "cancelled"
+    assert result["error"]["code"] == "task_cancelled"
+
+    async def handler_cancelled() -> bool:
+        reply = await rt.client.request("t-cancel-1", {}, "test.life.ask@1.0")
+        return task.task_id in Life.model_validate(reply.payload).cancelled
+
+    await wait_until(handler_cancelled)
+    await sup.stop()
+
+
+async def test_a_task_that_runs_out_of_time_fails_with_request_timeout(rt: Any) -> None:
+    sup = await rt.supervise(SupervisorSpec("t-late", backoff=FAST, children=[
+        ChildSpec(Worker, "t-late-1", placement=reach.Packed(pool="tasks"))]))
+    result = await (await sup.submit("t-late-1", Text(text="sleep30"),
+                                     timeout_ms=300)).result()
+    assert result["state"] == "failed"
+    assert result["error"]["code"] == "request_timeout"
+    await sup.stop()
