@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import ray
@@ -196,6 +197,7 @@ class AgentHost:
     async def info(self) -> dict[str, Any]:
         """Agents here with their in-flight counts, transport counters and resident memory."""
         return {"host": self.name, "node": self.node, "rss_bytes": rss_bytes(),
+                "pid": os.getpid(),
                 "agents": {i: r.inflight for i, r in self.runners.items()},
                 "batches_sent": self.transport.batches_sent,
                 "envelopes_sent": self.transport.envelopes_sent}

@@ -97,7 +97,7 @@ class Registry:
     def _mirror(self, rec: dict[str, Any]) -> None:
         self.cands[rec["agent_id"]] = Candidate(
             rec["agent_id"], tuple(rec["capabilities"]), rec["description"],
-            rec["status"] != OFFLINE, rec["load"])
+            rec["status"] == ONLINE, rec["load"])
 
     def _unindex(self, rec: dict[str, Any]) -> None:
         for tag in rec["capabilities"]:

@@ -232,7 +232,9 @@ class Supervisor:
                 self.started.append(child_id)  # it counts as started, and as failed again
                 self.started.sort(key=list(self.specs).index)
                 continue
-            self.restarts.append({"child": child_id, "at": time.time(),
+            placement = "packed" if self.hosts.get(child_id, "").startswith("reach.pool.") else (
+                "supervisor" if child_id in self.subs else "dedicated")
+            self.restarts.append({"child": child_id, "at": time.time(), "placement": placement,
                                   "latency_s": time.monotonic() - detected,
                                   "reason": next((r for c, _, r, _ in batch if c == child_id),
                                                  "sibling restarted")})

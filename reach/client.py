@@ -145,8 +145,9 @@ class Directory:
             delay = min(delay * 2, 0.25)
 
     def learn(self, info: AgentInfo) -> None:
-        """Caches a route found by discovery."""
-        self._routes[info.agent_id] = (info.host, self._clock() + ROUTE_TTL_S)
+        """Caches a route found by discovery (of an online agent only)."""
+        if info.status == "online":
+            self._routes[info.agent_id] = (info.host, self._clock() + ROUTE_TTL_S)
 
     def drop(self, agent_id: str) -> None:
         """Forgets the route of one agent (its host did not have it)."""
@@ -265,12 +266,14 @@ class Client:
                 except AgentUnavailable as exc:
                     self._dead_letter(env, exc)
                     raise
-                pending = link.transport.expect(env, endpoint)
-                link.transport.post(endpoint, env)
-                assert pending.future is not None
                 try:
+                    pending = link.transport.expect(env, endpoint)
+                    link.transport.post(endpoint, env)
+                    assert pending.future is not None
                     reply = await _until(pending.future, env)
                 except StaleRoute:
+                    # Not delivered (the host no longer has the agent, or is gone before the
+                    # envelope left): resolving again and resending is safe.
                     link.directory.drop(env.receiver)
                     if attempt:
                         raise AgentUnavailable(
@@ -363,7 +366,11 @@ class Client:
         except AgentUnavailable as exc:
             self._dead_letter(env, exc)
             raise
-        self._link.transport.post(endpoint, env)
+        try:
+            self._link.transport.post(endpoint, env)
+        except AgentUnavailable:  # a cached route to a host that is gone: resolve once more
+            self._link.directory.drop(agent_id)
+            self._link.transport.post(await self._link.directory.route(agent_id), env)
 
     async def stream(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
                      schema: str | None = None, *, timeout_ms: int | None = None,

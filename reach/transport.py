@@ -150,11 +150,18 @@ class Transport:
         """Queues an envelope for ``endpoint``; it leaves at once if nothing is in flight there.
 
         Raises:
+            StaleRoute: the endpoint does not exist and a caller waits for a reply (re-resolve).
             AgentUnavailable: the endpoint does not exist.
         """
         box = self._outboxes.get(endpoint)
         if box is None:
-            box = self._outboxes[endpoint] = _Outbox(endpoint, self.handle(endpoint))
+            try:
+                handle = self.handle(endpoint)
+            except AgentUnavailable:
+                if envelope.msg_id in self.pending:
+                    raise StaleRoute(envelope.msg_id) from None  # nothing left: safe to resend
+                raise
+            box = self._outboxes[endpoint] = _Outbox(endpoint, handle)
         box.queue.append(envelope)
         if not box.busy:
             box.busy = True
