@@ -40,7 +40,13 @@ if _TYPE_CHECKING:
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
     from reach.client import AgentInfo, Client, Context
     from reach.runtime import Runtime, init
-    from reach.supervision import ChildSpec, SupervisorRef, SupervisorSpec, TaskHandle
+    from reach.supervision import (
+        ChildSpec,
+        SupervisorRef,
+        SupervisorSpec,
+        TaskHandle,
+        find_supervisor,
+    )
 
 __version__ = "0.1.0"
 
@@ -53,6 +59,7 @@ _LAZY = {
     "Runtime": "reach.runtime", "init": "reach.runtime",
     "ChildSpec": "reach.supervision", "SupervisorRef": "reach.supervision",
     "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",
+    "find_supervisor": "reach.supervision",
     "Backoff": "policies.supervision", "Intensity": "policies.supervision",
     "RestartType": "policies.supervision", "Strategy": "policies.supervision",
     "SeverityPolicy": "policies.tasks", "TaskPolicy": "policies.tasks",
@@ -124,6 +131,7 @@ __all__ = [
     "encode",
     "encode_batch",
     "error_from_info",
+    "find_supervisor",
     "handler",
     "init",
     "new_id",

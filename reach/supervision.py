@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from policies.supervision import Backoff, Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach.agent import Agent, Dedicated, Placement
-from reach.errors import ErrorInfo, RestartLimitExceeded, error_from_info
+from reach.errors import AgentNotFound, ErrorInfo, error_from_info
 from reach.schemas import registry
 from reach.tasks import TaskSpec
 
@@ -149,4 +149,20 @@ class SupervisorRef:
         return order
 
 
-__all__ = ["ChildSpec", "RestartLimitExceeded", "SupervisorRef", "SupervisorSpec", "TaskHandle"]
+def find_supervisor(name: str) -> SupervisorRef:
+    """The handle of a running supervisor by name, from a driver or from inside an agent.
+
+    Raises:
+        AgentNotFound: no supervisor of that name is running.
+    """
+    import ray
+
+    try:
+        handle = ray.get_actor(f"reach.sup.{name}", namespace="reach")
+    except ValueError as exc:
+        raise AgentNotFound(f"no supervisor named {name!r} is running",
+                            details={"supervisor": name}) from exc
+    return SupervisorRef(handle, name)
+
+
+__all__ = ["ChildSpec", "SupervisorRef", "SupervisorSpec", "TaskHandle", "find_supervisor"]

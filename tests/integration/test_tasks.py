@@ -176,3 +176,23 @@ async def test_a_task_that_runs_out_of_time_fails_with_request_timeout(rt: Any) 
     assert result["state"] == "failed"
     assert result["error"]["code"] == "request_timeout"
     await sup.stop()
+
+
+async def test_an_agent_submits_a_task_to_a_supervisor_and_awaits_it(rt: Any) -> None:
+    class Delegator(reach.Agent):
+        capabilities = ("task.delegate",)
+
+        @reach.handler(Text, returns=Text)
+        async def delegate(self, ctx: reach.Context, m: Text) -> Text:
+            sup = reach.find_supervisor("t-delegate")
+            result = await (await sup.submit("t-delegate-worker", Text(text=m.text))).result()
+            return Text(text=f"{result['state']}:{result['value']['text']}")
+
+    sup = await rt.supervise(SupervisorSpec("t-delegate", backoff=FAST, children=[
+        ChildSpec(Worker, "t-delegate-worker", placement=reach.Packed(pool="tasks")),
+        ChildSpec(Delegator, "t-delegator", placement=reach.Packed(pool="tasks"))]))
+    reply = await rt.client.request("t-delegator", Text(text="via a task"))
+    assert reply.payload["text"] == "completed:t-delegate-worker:via a task"
+    with pytest.raises(reach.AgentNotFound):
+        reach.find_supervisor("t-no-such-supervisor")
+    await sup.stop()
