@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/codec.py
 	$(BIN)/python bench/seed_scenario.py
 	$(BIN)/python bench/registry_scale.py
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
