@@ -17,7 +17,7 @@ import ray
 from actors._mem import rss_bytes
 from reach.agent import Agent
 from reach.client import Directory, Link
-from reach.errors import AgentAlreadyExists, ReachError, TaskCancelled
+from reach.errors import AgentAlreadyExists, AgentNotFound, ReachError, TaskCancelled
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.runner import AgentRunner, ReplySink
 from reach.transport import Transport
@@ -45,7 +45,8 @@ class AgentHost:
         self.name = name
         self.registry = registry
         self.directory = Directory(self.registry)
-        self.transport = Transport(name, namespace, on_dead_endpoint=self.directory.drop_endpoint)
+        self.transport = Transport(name, namespace, on_dead_endpoint=self.directory.drop_endpoint,
+                                   on_undelivered=self.directory.dead_letter)
         self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
         self.node = ray.get_runtime_context().get_node_id()
         self.runners: dict[str, AgentRunner] = {}
@@ -163,6 +164,10 @@ class AgentHost:
             if runner is None:
                 if env.msg_type is MsgType.REQUEST:
                     not_here.append(env.msg_id)
+                else:
+                    self.directory.dead_letter([env], AgentNotFound(
+                        f"no agent {env.receiver!r} on host {self.name}",
+                        details={"agent_id": env.receiver, "host": self.name}))
                 continue
             task = runner.deliver(env, sink)
             if task is not None:

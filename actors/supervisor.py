@@ -45,7 +45,8 @@ class Supervisor:
         self.parent = parent
         self.directory = Directory(registry)
         self.transport = Transport(self.name, NAMESPACE,
-                                   on_dead_endpoint=self.directory.drop_endpoint)
+                                   on_dead_endpoint=self.directory.drop_endpoint,
+                                   on_undelivered=self.directory.dead_letter)
         self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
         self.spawner = Spawner(registry, self.transport, max_hops, default_timeout_ms)
         self.limits = (max_hops, default_timeout_ms)

@@ -144,6 +144,14 @@ class Directory:
             await asyncio.sleep(delay)  # poll: the registry does not push
             delay = min(delay * 2, 0.25)
 
+    def dead_letter(self, envelopes: list[Envelope], error: ReachError) -> None:
+        """Records envelopes that could not be delivered, and why (fire and forget)."""
+        letters = [{"msg_id": e.msg_id, "msg_type": e.msg_type.value, "sender": e.sender,
+                    "receiver": e.receiver, "trace_id": e.trace_id, "code": error.code,
+                    "reason": error.message, "at": time.time()} for e in envelopes]
+        if letters:
+            self.registry.dead_letter.remote(letters)
+
     def learn(self, info: AgentInfo) -> None:
         """Caches a route found by discovery (of an online agent only)."""
         if info.status == "online":
@@ -308,10 +316,7 @@ class Client:
         return await self.request(picked.agent_id, payload, schema, timeout_ms=timeout_ms)
 
     def _dead_letter(self, env: Envelope, error: ReachError) -> None:
-        letter = {"msg_id": env.msg_id, "msg_type": env.msg_type.value, "sender": env.sender,
-                  "receiver": env.receiver, "trace_id": env.trace_id, "code": error.code,
-                  "reason": error.message, "at": time.time()}
-        self._link.directory.registry.dead_letter.remote([letter])
+        self._link.directory.dead_letter([env], error)
 
     async def request_capability(
         self, capability: str, payload: BaseModel | Mapping[str, Any], schema: str | None = None,
@@ -356,9 +361,12 @@ class Client:
                      schema: str | None = None) -> None:
         """Sends a notification (no reply) to one agent by ID.
 
+        A notification that cannot be handed over, now or after it left, is kept as a dead
+        letter with its reason.
+
         Raises:
             AgentNotFound: no agent has that ID.
-            AgentUnavailable: it is offline.
+            AgentUnavailable: it is offline, or its host is gone.
         """
         env = self._envelope(MsgType.NOTIFICATION, agent_id, payload, schema, None)
         try:
@@ -370,7 +378,11 @@ class Client:
             self._link.transport.post(endpoint, env)
         except AgentUnavailable:  # a cached route to a host that is gone: resolve once more
             self._link.directory.drop(agent_id)
-            self._link.transport.post(await self._link.directory.route(agent_id), env)
+            try:
+                self._link.transport.post(await self._link.directory.route(agent_id), env)
+            except AgentUnavailable as exc:
+                self._dead_letter(env, exc)
+                raise
 
     async def stream(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
                      schema: str | None = None, *, timeout_ms: int | None = None,

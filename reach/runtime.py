@@ -38,7 +38,8 @@ class Runtime:
         self.directory = Directory(registry)
         self.transport = Transport(inbox_name, NAMESPACE,
                                    on_dead_endpoint=self.directory.drop_endpoint,
-                                   on_expect=self._ensure_polling)
+                                   on_expect=self._ensure_polling,
+                                   on_undelivered=self.directory.dead_letter)
         self.transport.remember(inbox_name, inbox)
         self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
         self.client = Client(self.link, f"driver:{self.driver_id}")

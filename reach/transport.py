@@ -96,21 +96,26 @@ class Transport:
         codec: The codec for frames.
         on_dead_endpoint: Called with an endpoint's name when it is found dead (drop routes).
         on_expect: Called before each pending request is registered (a driver starts polling).
+        on_undelivered: Called with envelopes that nobody waits for (notifications, replies)
+            when they cannot be handed over, so they become dead letters, not silent losses.
     """
 
     def __init__(
         self,
         endpoint: str,
         namespace: str,
+        *,
         codec: Codec | None = None,
         on_dead_endpoint: Callable[[str], None] | None = None,
         on_expect: Callable[[], None] | None = None,
+        on_undelivered: Callable[[list[Envelope], ReachError], None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.namespace = namespace
         self.codec = codec or Codec()
         self._on_dead = on_dead_endpoint
         self._on_expect = on_expect
+        self._on_undelivered = on_undelivered
         self._outboxes: dict[str, _Outbox] = {}
         self._handles: dict[str, Any] = {}
         self._watches: dict[str, asyncio.Task[None]] = {}
@@ -213,8 +218,11 @@ class Transport:
             error = translate_ray_error(exc, box.endpoint)
             self._outboxes.pop(box.endpoint, None)
             self._handles.pop(box.endpoint, None)
+            unclaimed = [env for env in batch if env.msg_id not in self.pending]
             for env in batch:
                 self._fail(env.msg_id, error)
+            if unclaimed and self._on_undelivered is not None:
+                self._on_undelivered(unclaimed, error)
             if isinstance(exc, RayActorError):
                 self.endpoint_died(box.endpoint, error)
             return

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
 import ray
 from conftest import HEARTBEAT_S, MISSES, wait_until
-from support_agents import Crashing, Echo, Faulty, Forward, Forwarder, Slow, Streamer, Text
+from support_agents import (
+    Crashing,
+    Echo,
+    Faulty,
+    Forward,
+    Forwarder,
+    Recorder,
+    Slow,
+    Streamer,
+    Text,
+)
 
 import reach
 
@@ -143,3 +154,29 @@ async def test_the_registry_rebuilds_its_table_after_a_restart(rt: Any) -> None:
     rt.directory.drop("f-survivor")
     reply = await rt.client.request("f-survivor", Text(text="back"))
     assert reply.payload["text"] == "f-survivor:back"
+
+
+async def test_a_notification_to_a_dead_host_becomes_a_dead_letter(rt: Any) -> None:
+    info = await rt.spawn(Recorder, "f-dead-letter")
+    await rt.client.notify("f-dead-letter", Text(text="first"))
+    host = ray.get_actor(info.host, namespace="reach")
+    ray.kill(host)
+
+    async def dead() -> bool:
+        try:
+            await host.count.remote()
+        except ray.exceptions.RayActorError:
+            return True
+        return False
+
+    await wait_until(dead)
+    # Refused at once (the host is known gone) or failed after leaving: a dead letter either way.
+    with contextlib.suppress(reach.AgentUnavailable):
+        await rt.client.notify("f-dead-letter", Text(text="into the void"))
+
+    async def lettered() -> list[dict[str, Any]]:
+        return [d for d in await rt.dead_letters() if d["receiver"] == "f-dead-letter"]
+
+    letters = await wait_until(lettered)
+    assert letters[0]["msg_type"] == "notification"
+    assert letters[0]["code"] == "agent_unavailable"
