@@ -56,6 +56,7 @@ class AgentHost:
         self._stopped: asyncio.Event | None = None
         # Invariant: an exit record exists for every agent that left, until a watcher reads it.
         self._exits: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
 
     def _stop_event(self) -> asyncio.Event:
         if self._stopped is None:
@@ -87,15 +88,20 @@ class AgentHost:
             entry["epoch"] = self.epochs[entry["agent_id"]] = epoch
         self.runners.update(fresh)
         loop = asyncio.get_running_loop()
-        for agent_id in fresh:
+        for agent_id, runner in fresh.items():
             self._exits[agent_id] = loop.create_future()
+            recovery = loop.create_task(runner.recover())  # its pending session requests
+            self._background.add(recovery)
+            recovery.add_done_callback(self._background.discard)
         self._start_heartbeat()
         return entries
 
     def _exit_hook(self, agent_id: str) -> Any:
         def hook(normal: bool, reason: str) -> None:
-            asyncio.get_running_loop().create_task(
+            leaving = asyncio.get_running_loop().create_task(
                 self._leave([agent_id], 5.0, normal, reason or "agent exited"))
+            self._background.add(leaving)
+            leaving.add_done_callback(self._background.discard)
 
         return hook
 

@@ -68,6 +68,7 @@ class Supervisor:
         self._handling: asyncio.Task[None] | None = None
         self._gave_up: asyncio.Future[dict[str, Any] | None] | None = None
         self._lock: asyncio.Lock | None = None
+        self._watchers: set[asyncio.Task[None]] = set()
 
     def _gave_up_future(self) -> asyncio.Future[dict[str, Any] | None]:
         if self._gave_up is None:
@@ -117,7 +118,9 @@ class Supervisor:
         self.started.append(child_id)
         order = list(self.specs)
         self.started.sort(key=order.index)  # a restarted child keeps its place in start order
-        asyncio.get_running_loop().create_task(monitor)
+        watcher = asyncio.get_running_loop().create_task(monitor)
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
 
     async def stop(self) -> list[str]:
         """Stops every child in reverse start order, each within its timeout; returns the order."""

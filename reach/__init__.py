@@ -26,6 +26,8 @@ from reach.errors import (
     SchemaError,
     SchemaEvolutionError,
     SchemaIncompatible,
+    SessionNotFound,
+    SessionRefused,
     Severity,
     TaskCancelled,
     UnknownSchema,
@@ -35,11 +37,13 @@ from reach.protocol import Envelope, MsgType, new_id
 from reach.schemas import SchemaRef, SchemaRegistry, registry, schema
 
 if _TYPE_CHECKING:
+    from policies.sessions import Limits, PendingAction, Terms
     from policies.supervision import Backoff, Intensity, RestartType, Strategy
     from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
     from reach.client import AgentInfo, Client, Context
     from reach.runtime import Runtime, init
+    from reach.sessions import Session
     from reach.supervision import (
         ChildSpec,
         SupervisorRef,
@@ -64,6 +68,8 @@ _LAZY = {
     "RestartType": "policies.supervision", "Strategy": "policies.supervision",
     "SeverityPolicy": "policies.tasks", "TaskPolicy": "policies.tasks",
     "TaskState": "policies.tasks",
+    "Session": "reach.sessions", "Limits": "policies.sessions",
+    "PendingAction": "policies.sessions", "Terms": "policies.sessions",
 }
 
 
@@ -98,10 +104,12 @@ __all__ = [
     "Intensity",
     "InvalidPayload",
     "InvalidTransition",
+    "Limits",
     "LoopDetected",
     "MsgType",
     "NoCapableAgent",
     "Packed",
+    "PendingAction",
     "Placement",
     "ProtocolError",
     "ReachError",
@@ -115,6 +123,9 @@ __all__ = [
     "SchemaIncompatible",
     "SchemaRef",
     "SchemaRegistry",
+    "Session",
+    "SessionNotFound",
+    "SessionRefused",
     "Severity",
     "SeverityPolicy",
     "Strategy",
@@ -124,6 +135,7 @@ __all__ = [
     "TaskHandle",
     "TaskPolicy",
     "TaskState",
+    "Terms",
     "UnknownSchema",
     "__version__",
     "decode",

@@ -23,7 +23,9 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from reach.errors import InvalidPayload, SchemaError, SchemaIncompatible
+from policies.sessions import Limits, PendingAction
+from reach.errors import InvalidPayload, ReachError, SchemaError, SchemaIncompatible
+from reach.protocol import Envelope
 from reach.schemas import SchemaRef, registry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,6 +41,7 @@ class HandlerSpec:
     returns: str | None
     returns_model: type[BaseModel] | None
     streaming: bool
+    once: bool = False
 
     def read(self, payload: Mapping[str, Any], declared: str) -> BaseModel | dict[str, Any]:
         """Validates a payload declared as ``declared`` with this handler's reader model.
@@ -67,14 +70,16 @@ class HandlerSpec:
             ) from exc
 
 
-def handler(reads: type[BaseModel] | str, *, returns: type[BaseModel] | str | None = None
-            ) -> Callable[[F], F]:
+def handler(reads: type[BaseModel] | str, *, returns: type[BaseModel] | str | None = None,
+            once: bool = False) -> Callable[[F], F]:
     """Binds an async method (or async generator, for streaming) to a payload schema.
 
     Args:
         reads: The payload model (registered with :func:`reach.schema`) or a schema ref; with a
             ref alone the handler receives the payload as a dict.
         returns: The reply model or schema ref; needed only when the handler returns a dict.
+        once: Effectively-once: the handler runs at most once per request ID, and a retry of
+            the request gets the recorded reply (always so for requests within a session).
 
     Raises:
         UnknownSchema: a model is given that is not registered.
@@ -87,7 +92,8 @@ def handler(reads: type[BaseModel] | str, *, returns: type[BaseModel] | str | No
         reads_ref, model = _resolve(reads)
         ret_ref, ret_model = _resolve(returns) if returns is not None else (None, None)
         fn.__reach_handler__ = HandlerSpec(  # type: ignore[attr-defined]
-            fn.__name__, reads_ref, model, ret_ref, ret_model, inspect.isasyncgenfunction(fn)
+            fn.__name__, reads_ref, model, ret_ref, ret_model, inspect.isasyncgenfunction(fn),
+            once,
         )
         return fn
 
@@ -113,6 +119,10 @@ class Agent:
 
     capabilities: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    #: What this agent accepts when another opens a session with it.
+    session_limits: ClassVar[Limits] = Limits()
+    #: What to do, after a restart, with session requests it had sent and not seen answered.
+    pending_policy: ClassVar[PendingAction] = PendingAction.RESEND
     _handlers: ClassVar[dict[tuple[str, int], HandlerSpec]] = {}
     id: str = ""
 
@@ -179,6 +189,11 @@ class Agent:
         hook = getattr(self, "_reach_exit", None)
         if hook is not None:
             hook(normal, reason)
+
+    async def on_recovered(self, request: Envelope, reply: Envelope | None,
+                           error: ReachError | None) -> None:
+        """Called after a restart for each pending session request this agent had sent: with
+        the reply if it was resent and answered, or with the error if it was cancelled."""
 
     async def on_start(self) -> None:
         """Called once in the host after the agent is constructed and before it is registered."""

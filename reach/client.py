@@ -234,12 +234,12 @@ class Client:
         return self.parent.trace_id if self.parent else self._trace_id
 
     def _envelope(self, kind: MsgType, receiver: str, payload: BaseModel | Mapping[str, Any],
-                  schema: str | None, timeout_ms: int | None) -> Envelope:
+                  schema: str | None, timeout_ms: int | None, **extra: Any) -> Envelope:
         parent = self.parent
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
         if parent is not None:
-            fields.update(trace_id=parent.trace_id, session_id=parent.session_id,
-                          hops=(*parent.hops, self.sender))
+            fields.setdefault("session_id", parent.session_id)
+            fields.update(trace_id=parent.trace_id, hops=(*parent.hops, self.sender))
             check_hops(fields["hops"], receiver, self._link.max_hops)
         elif self._trace_id is not None:
             fields["trace_id"] = self._trace_id
@@ -250,9 +250,31 @@ class Client:
         return Envelope.request(self.sender, receiver, payload, schema, timeout_ms=timeout,
                                 **fields)
 
+    def make_request(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
+                     schema: str | None = None, *, timeout_ms: int | None = None,
+                     session_id: str | None = None, msg_id: str | None = None) -> Envelope:
+        """Builds (without sending) the request :meth:`request` would send.
+
+        A caller that resends the same envelope (same ``msg_id``) after a failure lets the
+        receiver run its handler once (see effectively-once handlers).
+        """
+        return self._envelope(MsgType.REQUEST, agent_id, payload, schema, timeout_ms,
+                              session_id=session_id, msg_id=msg_id)
+
+    async def call(self, env: Envelope) -> Envelope:
+        """Sends a request built by :meth:`make_request` and returns its response.
+
+        Raises:
+            ReachError: as for :meth:`request`.
+        """
+        return await self._call(env)
+
     async def request(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
-                      schema: str | None = None, *, timeout_ms: int | None = None) -> Envelope:
+                      schema: str | None = None, *, timeout_ms: int | None = None,
+                      msg_id: str | None = None) -> Envelope:
         """Sends a request to one agent by ID and returns its response envelope.
+
+        ``msg_id`` names the request; give the same one to a retry of the same request.
 
         Raises:
             AgentNotFound: no agent has that ID.
@@ -261,7 +283,8 @@ class Client:
             LoopDetected: the call would close a cycle or exceed the hop limit.
             ReachError: the handler's error, typed, with its severity.
         """
-        env = self._envelope(MsgType.REQUEST, agent_id, payload, schema, timeout_ms)
+        env = self._envelope(MsgType.REQUEST, agent_id, payload, schema, timeout_ms,
+                             msg_id=msg_id)
         return await self._call(env)
 
     async def _call(self, env: Envelope) -> Envelope:
@@ -450,6 +473,15 @@ class Context(Client):
     def remaining_ms(self) -> float | None:
         """Milliseconds left before the deadline (None for a notification)."""
         return self.parent.remaining_ms(time.time())
+
+    @property
+    def session(self) -> Any:
+        """The :class:`~reach.sessions.Session` the request belongs to, or None."""
+        if self.parent.session_id is None:
+            return None
+        from reach.sessions import Session
+
+        return Session(self.parent.session_id, {})
 
 
 def _pick(link: Link, holders: list[AgentInfo], k: int) -> list[AgentInfo]:

@@ -19,6 +19,8 @@ Every error reach raises is a :class:`ReachError`. Names say the cause::
     ├── RestartLimitExceeded     a supervisor gave up: restart intensity exceeded
     ├── InvalidTransition        a task state change the state machine does not allow
     ├── TaskCancelled            the task was cancelled before it finished
+    ├── SessionRefused           a session's terms are not acceptable to the other side
+    ├── SessionNotFound          no session has that ID
     ├── AuthError                a signature, replay window or ACL check failed
     └── HandlerError             a handler raised something that is not a ReachError
 
@@ -267,6 +269,18 @@ class TaskCancelled(ReachError):
     code = "task_cancelled"
 
 
+class SessionRefused(ReachError):
+    """A session could not be opened; ``details["setting"]`` names the setting refused."""
+
+    code = "session_refused"
+
+
+class SessionNotFound(ReachError):
+    """No session has the given ID."""
+
+    code = "session_not_found"
+
+
 class AuthError(ReachError):
     """A signature, replay-window or access-control check failed."""
 
@@ -300,6 +314,8 @@ __all__ = [
     "SchemaError",
     "SchemaEvolutionError",
     "SchemaIncompatible",
+    "SessionNotFound",
+    "SessionRefused",
     "Severity",
     "TaskCancelled",
     "UnknownSchema",

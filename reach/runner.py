@@ -17,17 +17,28 @@ from typing import Any
 from pydantic import BaseModel
 
 from policies.routing import check_hops
+from policies.sessions import PendingAction, recover
 from reach.agent import Agent, HandlerSpec
-from reach.client import Context, Link
+from reach.client import Client, Context, Link
 from reach.errors import (
     AgentUnavailable,
     HandlerError,
     ProtocolError,
     ReachError,
     RequestTimeout,
+    SessionNotFound,
+    TaskCancelled,
 )
 from reach.protocol import Envelope, MsgType
 from reach.schemas import registry
+from reach.sessions import (
+    CANCEL_SCHEMA,
+    LIMITS_SCHEMA,
+    cancel,
+    finish,
+    limits_payload,
+    store,
+)
 from reach.transport import STREAM_END_SCHEMA
 
 log = logging.getLogger("reach.runner")
@@ -85,6 +96,9 @@ class AgentRunner:
 
         Returns the handler's task, or None when the envelope was refused.
         """
+        if env.payload_schema in (LIMITS_SCHEMA, CANCEL_SCHEMA):
+            self._builtin(env, sink)
+            return None
         try:
             check_hops(env.hops, self.agent.id, self.link.max_hops)
             left = env.remaining_ms(time.time())
@@ -103,13 +117,25 @@ class AgentRunner:
         task.add_done_callback(self._forget)
         return task
 
+    def _builtin(self, env: Envelope, sink: ReplySink) -> None:
+        """Requests every agent answers itself: its session limits, and cancel notices."""
+        if env.payload_schema == LIMITS_SCHEMA and env.msg_type is MsgType.REQUEST:
+            sink.send(env.reply(limits_payload(self.agent), LIMITS_SCHEMA, sender=self.agent.id))
+        elif env.payload_schema == CANCEL_SCHEMA:
+            why = TaskCancelled(f"cancelled by {env.sender}: {env.payload.get('reason', '')}",
+                                details={"request_id": str(env.payload.get("request_id"))})
+            self.cancel(why, request_id=str(env.payload.get("request_id")))
+
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
         self._cancelled.pop(task, None)
 
-    def cancel(self, why: ReachError, trace_id: str | None = None) -> int:
-        """Cancels running handlers (those of one trace, or all); their callers get ``why``."""
-        hit = [t for t, env in self._tasks.items() if trace_id is None or env.trace_id == trace_id]
+    def cancel(self, why: ReachError, trace_id: str | None = None,
+               request_id: str | None = None) -> int:
+        """Cancels running handlers (of one trace, of one request, or all); callers get ``why``."""
+        hit = [t for t, env in self._tasks.items()
+               if (trace_id is None or env.trace_id == trace_id)
+               and (request_id is None or env.msg_id == request_id)]
         for task in hit:
             self._cancelled[task] = why
             task.cancel()
@@ -140,6 +166,8 @@ class AgentRunner:
                     if env.msg_type is MsgType.REQUEST:
                         sink.push(env.reply({"chunks": sent}, STREAM_END_SCHEMA,
                                             sender=self.agent.id))
+                elif env.msg_type is MsgType.REQUEST and (spec.once or env.session_id):
+                    sink.send(await self._once(fn, ctx, message, env, spec))
                 else:
                     result = await fn(ctx, message)
                     if env.msg_type is MsgType.REQUEST:
@@ -162,6 +190,54 @@ class AgentRunner:
         finally:
             self.inflight -= 1
             self.handled += 1
+
+    async def _once(self, fn: Any, ctx: Context, message: Any, env: Envelope,
+                    spec: HandlerSpec) -> Envelope:
+        """Runs a handler at most once per request ID; a retry gets the recorded reply."""
+        earlier = [t for t, e in self._tasks.items()
+                   if e.msg_id == env.msg_id and t is not asyncio.current_task()]
+        if earlier:  # the same request is running here already: wait for its recorded reply
+            await asyncio.wait(earlier)
+        handle = store()
+        recorded = await handle.reply_for.remote(env.msg_id)
+        if recorded is not None:
+            return env.reply(recorded["payload"], recorded["schema"], sender=self.agent.id)
+        reply = self._reply(env, spec, await fn(ctx, message))
+        await handle.record_reply.remote(env.msg_id, self.agent.id, dict(reply.payload),
+                                         reply.payload_schema)
+        return reply
+
+    async def recover(self) -> int:
+        """After a (re)start: resends or cancels the session requests this agent had pending.
+
+        Returns how many there were. Each ends answered or cancelled, once, and the agent's
+        ``on_recovered`` hook hears the outcome.
+        """
+        try:
+            handle = store()
+        except SessionNotFound:
+            return 0
+        pending = await handle.pending_for.remote(self.agent.id)
+        client = Client(self.link, self.agent.id)
+        for rec in pending:
+            env = Envelope.parse(rec["envelope"])
+            action = recover(type(self.agent).pending_policy, rec["deadline"], time.time())
+            reply: Envelope | None = None
+            error: ReachError | None = None
+            if action is PendingAction.RESEND:
+                try:
+                    reply = await finish(handle, client, env)
+                except ReachError as exc:
+                    error = exc
+            else:
+                error = TaskCancelled(f"agent {self.agent.id!r} restarted and cancelled it",
+                                      details={"request_id": env.msg_id})
+                await cancel(handle, client, env, error)
+            try:
+                await self.agent.on_recovered(env, reply, error)
+            except Exception:
+                log.exception("on_recovered of %s raised", self.agent.id)
+        return len(pending)
 
     def _reply(self, env: Envelope, spec: HandlerSpec, result: Any) -> Envelope:
         if result is None:

@@ -11,18 +11,24 @@ import asyncio
 import os
 import secrets
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import ray
 
+from policies.sessions import Terms
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import AgentInfo, Client, Directory, Link
 from reach.errors import AgentAlreadyExists, AgentNotFound
+from reach.protocol import new_id
+from reach.sessions import LIMITS_SCHEMA, STORE_NAME, Session
 from reach.spawner import NAMESPACE, Spawner, unwrap
 from reach.supervision import SupervisorRef, SupervisorSpec
 from reach.transport import Transport
 
 REGISTRY_NAME = "reach.registry"
+DEFAULT_SESSIONS = ".reach/sessions.db"
 
 
 class Runtime:
@@ -32,8 +38,9 @@ class Runtime:
     """
 
     def __init__(self, registry: Any, inbox: Any, inbox_name: str, *, max_hops: int,
-                 default_timeout_ms: int) -> None:
+                 default_timeout_ms: int, store: Any) -> None:
         self.registry = registry
+        self.store = store
         self.driver_id = inbox_name.removeprefix("reach.inbox.")
         self.directory = Directory(registry)
         self.transport = Transport(inbox_name, NAMESPACE,
@@ -131,6 +138,27 @@ class Runtime:
         self.transport.remember(name, handle)
         return SupervisorRef(handle, spec.name)
 
+    async def open_session(self, initiator: str, responder: str, terms: Terms | None = None,
+                           *, session_id: str | None = None) -> Session:
+        """Opens a session between two agents (``initiator`` may be this driver's client ID).
+
+        The responder is asked for its limits (``Agent.session_limits``) and the terms are
+        negotiated against them.
+
+        Raises:
+            SessionRefused: a setting the responder cannot accept (named in the error).
+            AgentNotFound: the responder does not exist.
+        """
+        limits = await self.client.request(responder, {}, LIMITS_SCHEMA)
+        opened = await self.store.open_session.remote(
+            session_id or new_id(), initiator, responder, asdict(terms or Terms()),
+            dict(limits.payload))
+        return Session(opened["session_id"], opened["terms"], self.store)
+
+    def session(self, session_id: str) -> Session:
+        """A handle on an existing session (to read its context or resume it)."""
+        return Session(session_id, {}, self.store)
+
     async def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
         """Messages that could not be delivered, with their reasons, oldest first."""
         letters: list[dict[str, Any]] = await self.registry.dead_letters.remote(limit)
@@ -160,7 +188,8 @@ class Runtime:
 
 def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
          heartbeat_misses: int = 3, max_hops: int = 16, default_timeout_ms: int = 30_000,
-         **ray_init_kwargs: Any) -> Runtime:
+         session_path: str | None = None, session_resource: str | None = None,
+         session_options: dict[str, Any] | None = None, **ray_init_kwargs: Any) -> Runtime:
     """Connects to Ray (starting a local one when none is running) and finds reach's actors.
 
     Args:
@@ -169,6 +198,11 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         heartbeat_misses: Beats missed before a host's agents are marked offline.
         max_hops: Longest call chain accepted.
         default_timeout_ms: Timeout of requests that give none.
+        session_path: The session store's SQLite file (when this call creates the store);
+            default REACH_SESSIONS, else ``.reach/sessions.db`` under the current folder.
+        session_resource: A custom resource that pins the store to one node on a cluster.
+        session_options: Options of the store (``synchronous``, ``group_commit``,
+            ``compact_after``, ``keep_last``, ``summariser``).
         **ray_init_kwargs: Passed to ``ray.init`` when this call starts or joins Ray.
 
     Idempotent: two drivers calling it at once get the same registry.
@@ -192,5 +226,19 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
     inbox = inbox_cls.options(name=inbox_name, namespace=NAMESPACE,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
                           ).remote()
+    store = _session_store(session_path, session_resource, session_options or {})
     return Runtime(registry, inbox, inbox_name, max_hops=max_hops,
-                   default_timeout_ms=default_timeout_ms)
+                   default_timeout_ms=default_timeout_ms, store=store)
+
+
+def _session_store(path: str | None, resource: str | None, options: dict[str, Any]) -> Any:
+    from actors.sessions import SessionStore
+
+    where = Path(path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS)).absolute()
+    actor_options: dict[str, Any] = {"name": STORE_NAME, "namespace": NAMESPACE,
+                                     "lifetime": "detached", "get_if_exists": True,
+                                     "num_cpus": 0, "max_concurrency": 10_000}
+    if resource:  # pinned to the node that has the resource, so that its file stays put
+        actor_options["resources"] = {resource: 0.001}
+    store_cls: Any = SessionStore
+    return store_cls.options(**actor_options).remote(str(where), **options)

@@ -184,8 +184,10 @@ class TaskRunner:
         attempt = Attempt(agent_id, time.time())
         task.attempts.append(attempt)
         try:
+            # Every attempt carries the task's ID as its request ID: an effectively-once handler
+            # that already answered it returns its recorded reply instead of running again.
             reply = await client.request(agent_id, task.spec.payload, task.spec.schema,
-                                         timeout_ms=left_ms)
+                                         timeout_ms=left_ms, msg_id=task.task_id)
         except ReachError as exc:
             tried.add(agent_id)
             alternatives = await self._alternatives(task, client, tried)

@@ -38,11 +38,18 @@ def cluster() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def rt(cluster: Any) -> Iterator[Any]:
+def sessions_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session store's SQLite file for the whole test session."""
+    return tmp_path_factory.mktemp("state") / "sessions.db"
+
+
+@pytest.fixture(scope="session")
+def rt(cluster: Any, sessions_db: Path) -> Iterator[Any]:
     import reach
 
     runtime = reach.init(address=cluster.address, heartbeat_interval_s=HEARTBEAT_S,
-                         heartbeat_misses=MISSES)
+                         heartbeat_misses=MISSES, session_path=str(sessions_db),
+                         session_options={"compact_after": 30, "keep_last": 10})
     yield runtime
     runtime.shutdown()
 

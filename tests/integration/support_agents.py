@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import reach
+from policies.sessions import Limits, PendingAction
 
 
 @reach.schema("test.text@1.0")
@@ -202,3 +203,62 @@ class Fanner(reach.Agent):
         await ctx.request(m.to[1], Text(text=m.text))
         await slow
         return Text(text="both done")
+
+
+def _note(path: str, line: str) -> None:
+    """Appends a line to a file: a side effect that survives the process."""
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class Talker(reach.Agent):
+    """One side of a conversation: answers each turn with what it has seen of the session.
+
+    Each handler run is noted in ``runs`` (a file), so a run a crash interrupted still shows.
+    A turn whose text starts with "slow" sleeps the first time it runs (``slow_marker`` absent).
+    """
+
+    capabilities = ("test.talker",)
+    session_limits = Limits(max_message_bytes=64 * 1024, streaming=False)
+
+    def __init__(self, runs: str = "", slow_marker: str = "") -> None:
+        self.runs, self.slow_marker = runs, slow_marker
+
+    @reach.handler(Text, returns=Text)
+    async def answer(self, ctx: reach.Context, m: Text) -> Text:
+        _note(self.runs, f"{ctx.request_envelope.msg_id} {m.text}")
+        if m.text.startswith("slow") and not os.path.exists(self.slow_marker):
+            _note(self.slow_marker, "slept")
+            rest = m.text.removeprefix("slow")
+            await asyncio.sleep(float(rest) if rest.replace(".", "", 1).isdigit() else 30.0)
+        before = 0
+        if ctx.session is not None:
+            context = await ctx.session.context(last_n=100)
+            before = context["next_seq"] - 1
+        return Text(text=f"{self.id} saw {before} before '{m.text}'")
+
+
+class Asker(reach.Agent):
+    """Asks ``to`` one question in a session (started by a notification) and notes the outcome,
+    then or after a restart, in ``outcomes`` (a file)."""
+
+    capabilities = ("test.asker",)
+
+    def __init__(self, outcomes: str = "") -> None:
+        self.outcomes = outcomes
+
+    @reach.handler(Forward)
+    async def ask(self, ctx: reach.Context, m: Forward) -> None:
+        session = reach.Session(m.to[0], {})
+        reply = await session.request(ctx, m.to[1], Text(text=m.text), timeout_ms=m.timeout_ms)
+        _note(self.outcomes, f"answered {reply.payload['text']}")
+
+    async def on_recovered(self, request: reach.Envelope, reply: reach.Envelope | None,
+                           error: reach.ReachError | None) -> None:
+        outcome = f"answered {reply.payload['text']}" if reply else f"cancelled {error}"
+        _note(self.outcomes, f"recovered {request.msg_id} {outcome}")
+
+
+class CancellingAsker(Asker):
+    pending_policy = PendingAction.CANCEL

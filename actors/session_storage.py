@@ -1,0 +1,241 @@
+"""Where sessions are kept: the storage interface, and its SQLite implementation on aiosqlite.
+
+The session store actor decides (sequence numbers, compaction, pending-request states) and hands
+the storage one :class:`WriteBatch` per group commit; the storage writes it in one transaction.
+Another database replaces SQLite by implementing :class:`SessionStorage`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiosqlite
+import msgpack
+
+
+@dataclass
+class WriteBatch:
+    """Everything one group commit writes, in one transaction."""
+
+    sessions: list[tuple[str, str, str, str, float]] = field(default_factory=list)
+    messages: list[tuple[str, int, str, str, str, bytes, str, float]] = field(default_factory=list)
+    session_seq: dict[str, int] = field(default_factory=dict)
+    folds: list[tuple[str, str, int]] = field(default_factory=list)
+    pending: list[tuple[str, str, str, str, bytes, float | None, float]] = field(
+        default_factory=list)
+    resolutions: list[tuple[str, str, float]] = field(default_factory=list)
+    replies: list[tuple[str, str, bytes, str, float]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return (len(self.sessions) + len(self.messages) + len(self.folds) + len(self.pending)
+                + len(self.resolutions) + len(self.replies))
+
+
+class SessionStorage(Protocol):
+    """What the session store needs from a database."""
+
+    async def open(self) -> None:
+        """Opens (creating if need be) the database."""
+
+    async def close(self) -> None:
+        """Closes it."""
+
+    async def write(self, batch: WriteBatch) -> list[bool]:
+        """Writes a batch atomically; returns, per resolution, whether it changed an open one."""
+
+    async def session(self, session_id: str) -> dict[str, Any] | None:
+        """A session's row (terms, summary, folded_upto, next_seq), or None."""
+
+    async def messages(self, session_id: str, after_seq: int, limit: int | None,
+                       last: bool = False) -> list[dict[str, Any]]:
+        """Messages with seq > ``after_seq`` in order (the last ``limit`` of them if ``last``)."""
+
+    async def pending_for(self, agent_id: str) -> list[dict[str, Any]]:
+        """Open pending requests sent by an agent."""
+
+    async def pending_status(self, request_id: str) -> str | None:
+        """A pending request's status (open, answered, cancelled), or None."""
+
+    async def reply_for(self, request_id: str) -> dict[str, Any] | None:
+        """The recorded reply of a request, or None."""
+
+    async def integrity(self) -> str:
+        """The database's own integrity check result (``ok`` when sound)."""
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions(
+    session_id TEXT PRIMARY KEY, initiator TEXT NOT NULL, responder TEXT NOT NULL,
+    terms TEXT NOT NULL, summary TEXT NOT NULL DEFAULT '', folded_upto INTEGER NOT NULL DEFAULT 0,
+    next_seq INTEGER NOT NULL DEFAULT 1, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS messages(
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, msg_id TEXT NOT NULL, sender TEXT NOT NULL,
+    kind TEXT NOT NULL, payload BLOB NOT NULL, schema TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY(session_id, seq)) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS messages_msg_id ON messages(session_id, msg_id);
+CREATE TABLE IF NOT EXISTS pending_requests(
+    request_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, receiver TEXT NOT NULL,
+    session_id TEXT NOT NULL, envelope BLOB NOT NULL, deadline REAL,
+    status TEXT NOT NULL DEFAULT 'open', updated REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS pending_by_agent ON pending_requests(agent_id, status);
+CREATE TABLE IF NOT EXISTS replies(
+    request_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, payload BLOB NOT NULL,
+    schema TEXT NOT NULL, at REAL NOT NULL);
+"""
+
+
+def pack(value: Any) -> bytes:
+    """msgpack with strict UTF-8, as on the wire."""
+    packed: bytes = msgpack.packb(value, use_bin_type=True, unicode_errors="strict")
+    return packed
+
+
+def unpack(data: bytes) -> Any:
+    """The inverse of :func:`pack`."""
+    return msgpack.unpackb(data, raw=False, unicode_errors="strict")
+
+
+class SqliteStorage:
+    """SQLite in WAL mode.
+
+    Args:
+        path: The database file.
+        synchronous: SQLite's ``synchronous`` setting: ``FULL`` (default) makes a commit survive
+            power loss, not just a killed process; ``NORMAL`` is faster and survives a killed
+            process.
+    """
+
+    def __init__(self, path: str | Path, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self._db: aiosqlite.Connection | None = None
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        """The open connection."""
+        assert self._db is not None, "storage is not open"
+        return self._db
+
+    async def open(self) -> None:
+        """Opens the file (creating folder, file and tables), in WAL mode."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        await self.db.execute("PRAGMA journal_mode=WAL")
+        await self.db.execute(f"PRAGMA synchronous={self.synchronous}")
+        await self.db.executescript(_SCHEMA)
+
+    async def close(self) -> None:
+        """Closes the connection."""
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+    async def write(self, batch: WriteBatch) -> list[bool]:
+        """Writes the batch in one transaction; see :class:`SessionStorage`."""
+        db = self.db
+        changed: list[bool] = []
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            if batch.sessions:
+                await db.executemany(
+                    "INSERT OR IGNORE INTO sessions(session_id, initiator, responder, terms, "
+                    "created) VALUES (?, ?, ?, ?, ?)", batch.sessions)
+            if batch.messages:
+                await db.executemany(
+                    "INSERT INTO messages(session_id, seq, msg_id, sender, kind, payload, schema,"
+                    " at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch.messages)
+            if batch.session_seq:
+                await db.executemany("UPDATE sessions SET next_seq = ? WHERE session_id = ?",
+                                     [(n, s) for s, n in batch.session_seq.items()])
+            for session_id, summary, upto in batch.folds:
+                await db.execute("UPDATE sessions SET summary = ?, folded_upto = ? "
+                                 "WHERE session_id = ?", (summary, upto, session_id))
+                await db.execute("DELETE FROM messages WHERE session_id = ? AND seq <= ?",
+                                 (session_id, upto))
+            if batch.pending:
+                await db.executemany(
+                    "INSERT OR IGNORE INTO pending_requests(request_id, agent_id, receiver, "
+                    "session_id, envelope, deadline, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    batch.pending)
+            for request_id, status, at in batch.resolutions:
+                cursor = await db.execute(
+                    "UPDATE pending_requests SET status = ?, updated = ? "
+                    "WHERE request_id = ? AND status = 'open'", (status, at, request_id))
+                changed.append(cursor.rowcount == 1)
+            if batch.replies:
+                await db.executemany(
+                    "INSERT OR IGNORE INTO replies(request_id, agent_id, payload, schema, at) "
+                    "VALUES (?, ?, ?, ?, ?)", batch.replies)
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+        return changed
+
+    async def session(self, session_id: str) -> dict[str, Any] | None:
+        """See :class:`SessionStorage`."""
+        async with self.db.execute(
+            "SELECT session_id, initiator, responder, terms, summary, folded_upto, next_seq, "
+            "created FROM sessions WHERE session_id = ?", (session_id,)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        keys = ("session_id", "initiator", "responder", "terms", "summary", "folded_upto",
+                "next_seq", "created")
+        rec = dict(zip(keys, row, strict=True))
+        rec["terms"] = json.loads(rec["terms"])
+        return rec
+
+    async def messages(self, session_id: str, after_seq: int, limit: int | None,
+                       last: bool = False) -> list[dict[str, Any]]:
+        """See :class:`SessionStorage`."""
+        cols = "seq, msg_id, sender, kind, payload, schema, at"
+        if last and limit is not None:
+            sql = (f"SELECT * FROM (SELECT {cols} FROM messages WHERE session_id = ? AND seq > ? "
+                   "ORDER BY seq DESC LIMIT ?) ORDER BY seq")
+            args: tuple[Any, ...] = (session_id, after_seq, limit)
+        else:
+            sql = f"SELECT {cols} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
+            args = (session_id, after_seq)
+            if limit is not None:
+                sql += " LIMIT ?"
+                args += (limit,)
+        async with self.db.execute(sql, args) as cur:
+            rows = await cur.fetchall()
+        return [{"seq": r[0], "msg_id": r[1], "sender": r[2], "kind": r[3],
+                 "payload": unpack(r[4]), "schema": r[5], "at": r[6]} for r in rows]
+
+    async def pending_for(self, agent_id: str) -> list[dict[str, Any]]:
+        """See :class:`SessionStorage`."""
+        async with self.db.execute(
+            "SELECT request_id, receiver, session_id, envelope, deadline FROM pending_requests "
+            "WHERE agent_id = ? AND status = 'open' ORDER BY updated", (agent_id,)) as cur:
+            rows = await cur.fetchall()
+        return [{"request_id": r[0], "receiver": r[1], "session_id": r[2],
+                 "envelope": unpack(r[3]), "deadline": r[4]} for r in rows]
+
+    async def pending_status(self, request_id: str) -> str | None:
+        """See :class:`SessionStorage`."""
+        async with self.db.execute("SELECT status FROM pending_requests WHERE request_id = ?",
+                                   (request_id,)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+    async def reply_for(self, request_id: str) -> dict[str, Any] | None:
+        """See :class:`SessionStorage`."""
+        async with self.db.execute(
+            "SELECT agent_id, payload, schema FROM replies WHERE request_id = ?",
+            (request_id,)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        return {"agent_id": row[0], "payload": unpack(row[1]), "schema": row[2]}
+
+    async def integrity(self) -> str:
+        """See :class:`SessionStorage`."""
+        async with self.db.execute("PRAGMA integrity_check") as cur:
+            row = await cur.fetchone()
+        return str(row[0]) if row else "no answer"

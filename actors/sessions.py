@@ -1,0 +1,324 @@
+"""The SessionStore actor: durable sessions, pending requests and recorded replies.
+
+Writes are group-committed: every write that arrives while a commit is in progress joins the next
+one, and each caller is answered only once its write is committed. Sequence numbers are assigned
+here, by the single writer, so a session's messages are numbered 1, 2, 3... with no gap and no
+clock involved. Past a threshold, the oldest messages are folded into the session's summary by
+the summariser (deterministic by default, or an agent) and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.session_storage import SqliteStorage, WriteBatch, pack
+from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
+from policies.sessions import negotiate as negotiate_terms
+from reach.client import Client, Directory, Link
+from reach.errors import ReachError, SessionNotFound
+from reach.transport import Transport
+
+log = logging.getLogger("reach.sessions")
+
+Stage = Callable[[WriteBatch], Any]
+
+STORE_NAME = "reach.sessions"
+NAMESPACE = "reach"
+REGISTRY_NAME = "reach.registry"
+#: What a summariser agent reads: {"summary": str, "messages": [...]}; it answers {"summary"}.
+SUMMARISE_SCHEMA = "reach.summarise@1.0"
+
+
+@ray.remote(max_restarts=-1, max_task_retries=0)
+class SessionStore:
+    """Sessions on SQLite (see :mod:`actors.session_storage`).
+
+    Args:
+        path: The database file.
+        synchronous: SQLite ``synchronous`` (``FULL`` or ``NORMAL``).
+        group_commit: Commit writes that arrive together at once (else one commit per write).
+        compact_after: Unfolded messages that trigger compaction.
+        keep_last: Messages kept unfolded by compaction.
+        summariser: ``None`` for the deterministic default, or the ID of an agent that answers
+            ``reach.summarise@1.0`` requests with a new summary.
+    """
+
+    def __init__(self, path: str, *, synchronous: str = "FULL", group_commit: bool = True,
+                 compact_after: int = COMPACT_AFTER, keep_last: int = KEEP_LAST,
+                 summariser: str | None = None) -> None:
+        self.storage = SqliteStorage(Path(path), synchronous)
+        self.group_commit = group_commit
+        self.compact_after, self.keep_last = compact_after, keep_last
+        self.summariser = summariser
+        # Invariant: meta[s] mirrors session s's row plus the ids of its unfolded messages, as
+        # of the commits made so far and the one being staged; a failed commit drops it all.
+        self.meta: dict[str, dict[str, Any]] = {}
+        self._queue: list[tuple[Stage, asyncio.Future[Any]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._opened: asyncio.Task[None] | None = None
+        self._compacting: set[str] = set()
+        self._folding: set[asyncio.Task[None]] = set()
+        self.commits = 0
+        self.written = 0
+        self._link: Link | None = None
+
+    async def _ready(self) -> None:
+        if self._opened is None:
+            self._opened = asyncio.get_running_loop().create_task(self.storage.open())
+        await asyncio.shield(self._opened)
+
+    async def _meta(self, session_id: str) -> dict[str, Any]:
+        await self._ready()
+        meta = self.meta.get(session_id)
+        if meta is None:
+            row = await self.storage.session(session_id)
+            if row is None:
+                raise SessionNotFound(f"no session {session_id!r}",
+                                      details={"session_id": session_id})
+            unfolded = await self.storage.messages(session_id, row["folded_upto"], None)
+            row["ids"] = {m["msg_id"]: m["seq"] for m in unfolded}
+            meta = self.meta.setdefault(session_id, row)
+        return meta
+
+    # -- group commit --------------------------------------------------------------------------
+
+    async def _commit(self, stage: Stage) -> Any:
+        await self._ready()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((stage, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        return await future
+
+    async def _write_loop(self) -> None:
+        while self._queue:
+            if self.group_commit:
+                items, self._queue = self._queue, []
+            else:
+                items, self._queue = self._queue[:1], self._queue[1:]
+            batch = WriteBatch()
+            staged: list[Any] = []
+            for stage, _ in items:
+                try:
+                    staged.append(stage(batch))
+                except ReachError as exc:
+                    staged.append(exc)
+            try:
+                changed = await self.storage.write(batch)
+            except Exception as exc:
+                self.meta.clear()  # in-memory sequence numbers may be ahead: reload on next use
+                for _, future in items:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            self.commits += 1
+            self.written += len(batch)
+            for (_, future), result in zip(items, staged, strict=True):
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result(changed) if callable(result) else result)
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def open_session(self, session_id: str, initiator: str, responder: str,
+                           offer: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
+        """Negotiates and opens a session (idempotent for the same ID); returns its terms.
+
+        Raises:
+            SessionRefused: a setting the responder cannot accept (named in the error).
+        """
+        terms = negotiate_terms(Terms(**offer), Limits(**limits))
+        row = (session_id, initiator, responder, json.dumps(asdict(terms)), time.time())
+
+        def stage(batch: WriteBatch) -> dict[str, Any]:
+            batch.sessions.append(row)
+            return asdict(terms)
+
+        await self._commit(stage)
+        self.meta.pop(session_id, None)
+        meta = await self._meta(session_id)
+        return {"session_id": session_id, "terms": meta["terms"]}
+
+    async def append(self, session_id: str, messages: list[dict[str, Any]]) -> list[int]:
+        """Appends messages (all or none); returns their sequence numbers once committed.
+
+        A message whose ``msg_id`` is already in the session is not added twice: its
+        existing number is returned (an append retried after a lost acknowledgement).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        meta = await self._meta(session_id)
+        now = time.time()
+
+        def stage(batch: WriteBatch) -> list[int]:
+            seqs, ids, nxt = [], meta["ids"], meta["next_seq"]
+            fresh: dict[str, int] = {}
+            for m in messages:
+                seq = ids.get(m["msg_id"]) or fresh.get(m["msg_id"])
+                if seq is None:
+                    seq = fresh[m["msg_id"]] = nxt
+                    nxt += 1
+                    batch.messages.append((session_id, seq, m["msg_id"], m["sender"],
+                                           m.get("kind", "message"), pack(m["payload"]),
+                                           m.get("schema", ""), now))
+                seqs.append(seq)
+            if fresh:
+                batch.session_seq[session_id] = nxt
+                meta["next_seq"] = nxt  # the single writer owns the counter
+                ids.update(fresh)
+            return seqs
+
+        seqs: list[int] = await self._commit(stage)
+        if len(meta["ids"]) > self.compact_after and session_id not in self._compacting:
+            self._compacting.add(session_id)
+            folding = asyncio.get_running_loop().create_task(self._compact(session_id))
+            self._folding.add(folding)
+            folding.add_done_callback(self._folding.discard)
+        return seqs
+
+    async def _compact(self, session_id: str) -> None:
+        try:
+            meta = await self._meta(session_id)
+            count = fold_count(len(meta["ids"]), self.compact_after, self.keep_last)
+            if not count:
+                return
+            old = await self.storage.messages(session_id, meta["folded_upto"], count)
+            summary = await self._summarise(meta["summary"], old)
+            upto = old[-1]["seq"]
+
+            def stage(batch: WriteBatch) -> None:
+                batch.folds.append((session_id, summary, upto))
+
+            await self._commit(stage)
+            meta["summary"], meta["folded_upto"] = summary, upto
+            for m in old:
+                meta["ids"].pop(m["msg_id"], None)
+        except Exception:
+            log.exception("compaction of %s failed; it is retried on the next append", session_id)
+        finally:
+            self._compacting.discard(session_id)
+
+    async def _summarise(self, previous: str, messages: list[dict[str, Any]]) -> str:
+        if self.summariser is None:
+            return default_summary(previous, messages)
+        reply = await self._client().request(
+            self.summariser, {"summary": previous, "messages": messages}, SUMMARISE_SCHEMA)
+        return str(reply.payload["summary"])
+
+    def _client(self) -> Client:
+        """A client for asking the summariser agent; this actor is its reply endpoint."""
+        if self._link is None:
+            registry = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+            directory = Directory(registry)
+            transport = Transport(STORE_NAME, NAMESPACE,
+                                  on_dead_endpoint=directory.drop_endpoint)
+            self._link = Link(transport, directory)
+        return Client(self._link, STORE_NAME)
+
+    async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], None]:
+        """Receives the summariser's replies."""
+        if self._link is not None:
+            self._link.transport.accept_frame(frame)
+        return [], None
+
+    async def watch(self) -> None:
+        """Never returns while the store lives (a caller's watch fails if it dies)."""
+        await asyncio.Event().wait()
+
+    async def context(self, session_id: str, last_n: int = 20) -> dict[str, Any]:
+        """The summary and the last ``last_n`` messages (committed ones only).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        meta = await self._meta(session_id)
+        messages = await self.storage.messages(session_id, meta["folded_upto"], last_n,
+                                               last=True)
+        return {"session_id": session_id, "summary": meta["summary"], "terms": meta["terms"],
+                "folded_upto": meta["folded_upto"], "next_seq": meta["next_seq"],
+                "messages": messages}
+
+    async def since(self, session_id: str, seq: int, limit: int | None = None
+                    ) -> dict[str, Any]:
+        """Resumes after ``seq``: the messages that follow it (and the summary, if some of them
+        were folded already).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        meta = await self._meta(session_id)
+        after = max(seq, meta["folded_upto"])
+        return {"session_id": session_id, "folded": seq < meta["folded_upto"],
+                "summary": meta["summary"] if seq < meta["folded_upto"] else "",
+                "messages": await self.storage.messages(session_id, after, limit)}
+
+    # -- pending requests and replies ----------------------------------------------------------
+
+    async def add_pending(self, request_id: str, *, agent_id: str, receiver: str,
+                          session_id: str, envelope: dict[str, Any], deadline: float | None,
+                          ) -> None:
+        """Records a request ``agent_id`` sent and has not seen answered."""
+        row = (request_id, agent_id, receiver, session_id, pack(envelope), deadline, time.time())
+
+        def stage(batch: WriteBatch) -> None:
+            batch.pending.append(row)
+
+        await self._commit(stage)
+
+    async def resolve_pending(self, request_id: str, status: str) -> bool:
+        """Ends a pending request as ``answered`` or ``cancelled``; False if it had ended."""
+        def stage(batch: WriteBatch) -> Callable[[list[bool]], bool]:
+            index = len(batch.resolutions)
+            batch.resolutions.append((request_id, status, time.time()))
+            return lambda changed: changed[index]
+
+        result: bool = await self._commit(stage)
+        return result
+
+    async def pending_for(self, agent_id: str) -> list[dict[str, Any]]:
+        """Open requests ``agent_id`` had sent, oldest first."""
+        await self._ready()
+        return await self.storage.pending_for(agent_id)
+
+    async def pending_status(self, request_id: str) -> str | None:
+        """open, answered or cancelled (None if never recorded)."""
+        await self._ready()
+        return await self.storage.pending_status(request_id)
+
+    async def record_reply(self, request_id: str, agent_id: str, payload: dict[str, Any],
+                           schema: str) -> None:
+        """Records a handler's reply, so that a retry of the request gets it without a rerun."""
+        row = (request_id, agent_id, pack(payload), schema, time.time())
+
+        def stage(batch: WriteBatch) -> None:
+            batch.replies.append(row)
+
+        await self._commit(stage)
+
+    async def reply_for(self, request_id: str) -> dict[str, Any] | None:
+        """The recorded reply of a request, or None."""
+        await self._ready()
+        return await self.storage.reply_for(request_id)
+
+    async def integrity(self) -> str:
+        """``ok`` when SQLite's integrity check finds nothing wrong."""
+        await self._ready()
+        return await self.storage.integrity()
+
+    async def stats(self) -> dict[str, Any]:
+        """Commits, rows written, and the database path."""
+        return {"commits": self.commits, "written": self.written, "path": str(self.storage.path),
+                "group_commit": self.group_commit}
