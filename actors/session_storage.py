@@ -15,6 +15,8 @@ from typing import Any, Protocol
 import aiosqlite
 import msgpack
 
+from reach.errors import ReachError
+
 
 @dataclass
 class WriteBatch:
@@ -109,14 +111,22 @@ class SqliteStorage:
     """
 
     def __init__(self, path: str | Path, synchronous: str = "FULL") -> None:
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            # SQLite would silently take an unknown value as NORMAL: weaker than asked for.
+            raise ReachError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = Path(path)
-        self.synchronous = synchronous
+        self.synchronous = synchronous.upper()
         self._db: aiosqlite.Connection | None = None
 
     @property
     def db(self) -> aiosqlite.Connection:
-        """The open connection."""
-        assert self._db is not None, "storage is not open"
+        """The open connection.
+
+        Raises:
+            ReachError: the storage is not open.
+        """
+        if self._db is None:
+            raise ReachError(f"session storage {self.path} is not open")
         return self._db
 
     async def open(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -63,6 +64,7 @@ class SessionStore:
         # of the commits made so far and the one being staged; a failed commit drops it all.
         self.meta: dict[str, dict[str, Any]] = {}
         self._queue: list[tuple[Stage, asyncio.Future[Any]]] = []
+        self._solo: list[tuple[Stage, asyncio.Future[Any]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._opened: asyncio.Task[None] | None = None
         self._compacting: set[str] = set()
@@ -100,11 +102,8 @@ class SessionStore:
         return await future
 
     async def _write_loop(self) -> None:
-        while self._queue:
-            if self.group_commit:
-                items, self._queue = self._queue, []
-            else:
-                items, self._queue = self._queue[:1], self._queue[1:]
+        while self._queue or self._solo:
+            items = self._next_items()
             batch = WriteBatch()
             staged: list[Any] = []
             for stage, _ in items:
@@ -116,19 +115,24 @@ class SessionStore:
                 changed = await self.storage.write(batch)
             except Exception as exc:
                 self.meta.clear()  # in-memory sequence numbers may be ahead: reload on next use
-                for _, future in items:
-                    if not future.done():
-                        future.set_exception(exc)
+                if len(items) > 1:
+                    # One bad write must not fail the others: commit them one by one instead.
+                    self._solo.extend(items)
+                else:
+                    _settle(items, [exc], [])
                 continue
             self.commits += 1
             self.written += len(batch)
-            for (_, future), result in zip(items, staged, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result(changed) if callable(result) else result)
+            _settle(items, staged, changed)
+
+    def _next_items(self) -> list[tuple[Stage, asyncio.Future[Any]]]:
+        if self._solo:
+            items, self._solo = self._solo[:1], self._solo[1:]
+        elif self.group_commit:
+            items, self._queue = self._queue, []
+        else:
+            items, self._queue = self._queue[:1], self._queue[1:]
+        return items
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -321,4 +325,16 @@ class SessionStore:
     async def stats(self) -> dict[str, Any]:
         """Commits, rows written, and the database path."""
         return {"commits": self.commits, "written": self.written, "path": str(self.storage.path),
-                "group_commit": self.group_commit}
+                "group_commit": self.group_commit, "pid": os.getpid()}
+
+
+def _settle(items: list[tuple[Stage, asyncio.Future[Any]]], staged: list[Any],
+            changed: list[bool]) -> None:
+    """Answers each caller of a commit: its result, or its error."""
+    for (_, future), result in zip(items, staged, strict=True):
+        if future.done():
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result(changed) if callable(result) else result)

@@ -90,16 +90,28 @@ def fold_count(unfolded: int, threshold: int = COMPACT_AFTER, keep_last: int = K
 def default_summary(previous: str, messages: Sequence[dict[str, Any]]) -> str:
     """The deterministic summariser: one line per folded message, the newest kept when long.
 
-    Each line is ``#seq sender: text`` (the payload's ``text`` if it has one, else its keys).
+    Each line is ``#seq sender: text`` (the payload's ``text`` if it has one, else its keys);
+    line breaks inside a message become spaces, so no message can take (or forge) two lines.
+    Past SUMMARY_MAX_CHARS the oldest whole lines are dropped.
     """
-    lines = [previous] if previous else []
+    lines = previous.splitlines() if previous else []
     for m in messages:
         payload = m.get("payload") or {}
         text = payload.get("text") if isinstance(payload, dict) else None
         gist = str(text) if text is not None else ", ".join(sorted(map(str, payload)))
-        lines.append(f"#{m['seq']} {m['sender']}: {gist[:160]}")
-    summary = "\n".join(lines)
-    return summary[-SUMMARY_MAX_CHARS:]
+        lines.append(_one_line(f"#{m['seq']} {m['sender']}: {gist[:160]}"))
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        size += len(line) + (1 if kept else 0)
+        if size > SUMMARY_MAX_CHARS:
+            break
+        kept.append(line)
+    return "\n".join(reversed(kept))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
 
 
 class PendingAction(StrEnum):
@@ -110,8 +122,16 @@ class PendingAction(StrEnum):
 
 
 def recover(policy: PendingAction | str, deadline: float | None, now: float) -> PendingAction:
-    """The action for one pending request: resend only while its deadline has not passed."""
-    action = PendingAction(policy)
+    """The action for one pending request: resend only while its deadline has not passed.
+
+    Raises:
+        SessionRefused: ``policy`` is neither resend nor cancel.
+    """
+    try:
+        action = PendingAction(policy)
+    except ValueError:
+        raise SessionRefused(f"unknown pending-request policy {policy!r}: use resend or cancel",
+                             details={"setting": "pending_policy"}) from None
     if action is PendingAction.RESEND and deadline is not None and deadline <= now:
         return PendingAction.CANCEL
     return action

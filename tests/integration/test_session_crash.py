@@ -1,0 +1,99 @@
+"""The session store killed at random moments during a write storm, 50 times."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from typing import Any
+
+import pytest
+import ray
+from conftest import wait_until
+from support_agents import Talker
+
+import reach
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KILLS = 50
+WRITERS = 6
+BATCH = 3
+PER_SESSION = 27  # below the test store's compaction threshold: every message stays readable
+
+
+async def test_every_acknowledged_write_survives_50_kills_of_the_store(rt: Any) -> None:
+    await rt.spawn(Talker, "ss-crash-peer", placement=reach.Packed(pool="sessions"))
+    rng = random.Random(11)
+    acked: dict[str, list[str]] = {}  # session -> msg_ids acknowledged, in order
+    attempted: list[tuple[str, list[str]]] = []  # every batch ever sent, acknowledged or not
+    stop = asyncio.Event()
+
+    async def writer(w: int) -> None:
+        n = 0
+        while not stop.is_set():
+            session = await _open(rt, "ss-crash-peer")
+            acked[session.session_id] = []
+            while len(acked[session.session_id]) < PER_SESSION and not stop.is_set():
+                ids = [f"w{w}-{n}-{k}" for k in range(BATCH)]
+                n += 1
+                attempted.append((session.session_id, ids))
+                batch = [{"msg_id": i, "sender": f"w{w}", "payload": {"text": f"写 {i} ✓"}}
+                         for i in ids]
+                for _ in range(50):  # resend the same batch until it is acknowledged
+                    try:
+                        await rt.store.append.remote(session.session_id, batch)
+                    except ray.exceptions.RayActorError:
+                        continue
+                    acked[session.session_id].extend(ids)
+                    break
+
+    writers = [asyncio.ensure_future(writer(w)) for w in range(WRITERS)]
+    kills = 0
+    while kills < KILLS:
+        await asyncio.sleep(rng.uniform(0.02, 0.2))  # a random moment in the storm
+        pid = (await _stats(rt))["pid"]
+        os.kill(pid, signal.SIGKILL)
+        kills += 1
+        await wait_until(lambda pid=pid: _restarted(rt, pid), timeout_s=60)
+    stop.set()
+    await asyncio.gather(*writers, return_exceptions=True)
+
+    assert await rt.store.integrity.remote() == "ok"
+    assert sum(len(v) for v in acked.values()) > 0
+    for session_id, ids in acked.items():
+        stored = (await rt.store.since.remote(session_id, 0))["messages"]
+        seqs = [m["seq"] for m in stored]
+        assert seqs == list(range(1, len(seqs) + 1)), "sequence has a gap or a repeat"
+        present = [m["msg_id"] for m in stored]
+        assert len(present) == len(set(present)), "a resent batch was written twice"
+        assert set(ids) <= set(present), "an acknowledged message is missing"
+    for session_id, ids in attempted:
+        present = {m["msg_id"] for m in (await rt.store.since.remote(session_id, 0))["messages"]}
+        assert len(set(ids) & present) in (0, BATCH), "a batch was half-written"
+
+
+async def _open(rt: Any, peer: str) -> Any:
+    for _ in range(50):
+        try:
+            return await rt.open_session(rt.client.sender, peer)
+        except ray.exceptions.RayActorError:
+            continue
+    raise AssertionError("could not open a session")
+
+
+async def _stats(rt: Any) -> dict[str, Any]:
+    for _ in range(100):
+        try:
+            return await rt.store.stats.remote()  # type: ignore[no-any-return]
+        except ray.exceptions.RayActorError:
+            await asyncio.sleep(0.1)  # poll: the store is restarting
+    raise AssertionError("store never came back")
+
+
+async def _restarted(rt: Any, old_pid: int) -> bool:
+    try:
+        return bool((await rt.store.stats.remote())["pid"] != old_pid)
+    except ray.exceptions.RayActorError:
+        return False
