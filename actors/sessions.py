@@ -193,6 +193,17 @@ class SessionStore:
             folding.add_done_callback(self._folding.discard)
         return seqs
 
+    async def append_many(self, appends: list[tuple[str, list[dict[str, Any]]]]
+                          ) -> list[list[int] | dict[str, Any]]:
+        """Several appends in one call (a client's coalesced outbox): each gets its sequence
+        numbers, or its error's info; they share group commits."""
+        results = await asyncio.gather(*(self.append(s, m) for s, m in appends),
+                                       return_exceptions=True)
+        return [r.to_info().model_dump(mode="json") if isinstance(r, ReachError)
+                else {"code": "store_error", "reason": repr(r), "severity": "retryable"}
+                if isinstance(r, BaseException) else r
+                for r in results]
+
     async def _compact(self, session_id: str) -> None:
         try:
             meta = await self._meta(session_id)

@@ -22,7 +22,13 @@ from pydantic import BaseModel
 
 from policies.sessions import Terms
 from reach.client import Client
-from reach.errors import AgentUnavailable, ReachError, SessionNotFound
+from reach.errors import (
+    AgentUnavailable,
+    ErrorInfo,
+    ReachError,
+    SessionNotFound,
+    error_from_info,
+)
 from reach.protocol import Envelope, new_id
 
 STORE_NAME = "reach.sessions"
@@ -49,6 +55,64 @@ def store() -> Any:
             raise SessionNotFound("no session store is running",
                                   suggestion="open a session from the driver first") from exc
     return _store
+
+
+class Appender:
+    """Coalesces a process's appends into one store call while the previous one is in flight
+    (as the transport does for envelopes): many small appends, few Ray calls, group commits."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self._queue: list[tuple[str, list[dict[str, Any]], asyncio.Future[list[int]]]] = []
+        self._busy = False
+        self._drain_task: asyncio.Task[None] | None = None
+
+    async def append(self, session_id: str, messages: list[dict[str, Any]]) -> list[int]:
+        """Appends once committed; returns the sequence numbers.
+
+        Raises:
+            SessionNotFound: no such session (or another store error, typed).
+        """
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._queue.append((session_id, messages, future))
+        if not self._busy:
+            self._busy = True
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    results = await self.handle.append_many.remote(
+                        [(s, m) for s, m, _ in batch])
+                except Exception as exc:
+                    for *_, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (*_, future), result in zip(batch, results, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, dict):
+                        future.set_exception(error_from_info(ErrorInfo.model_validate(result)))
+                    else:
+                        future.set_result(result)
+                await asyncio.sleep(0)  # let woken appenders join the next call
+        finally:
+            self._busy = False
+
+
+_appenders: dict[int, Appender] = {}
+
+
+def appender(handle: Any) -> Appender:
+    """This process's appender for a store handle."""
+    key = id(handle)
+    if key not in _appenders:
+        _appenders[key] = Appender(handle)
+    return _appenders[key]
 
 
 def turn(env: Envelope, kind: str) -> dict[str, Any]:
@@ -82,7 +146,7 @@ class Session:
                      ) -> int:
         """Appends one message once committed; returns its sequence number."""
         body = payload.model_dump(mode="python") if isinstance(payload, BaseModel) else payload
-        seqs: list[int] = await self.store.append.remote(self.session_id, [{
+        seqs = await appender(self.store).append(self.session_id, [{
             "msg_id": msg_id or new_id(), "sender": sender, "kind": kind, "payload": dict(body),
             "schema": schema}])
         return seqs[0]
@@ -113,7 +177,7 @@ class Session:
         env = client.make_request(receiver, payload, schema,
                                   timeout_ms=timeout_ms or self.terms.get("timeout_ms"),
                                   session_id=self.session_id)
-        await self.store.append.remote(self.session_id, [turn(env, "request")])
+        await appender(self.store).append(self.session_id, [turn(env, "request")])
         await self.store.add_pending.remote(
             env.msg_id, agent_id=client.sender, receiver=receiver, session_id=self.session_id,
             envelope=env.model_dump(mode="json"), deadline=env.deadline)
@@ -142,7 +206,8 @@ async def finish(handle: Any, client: Client, env: Envelope) -> Envelope:
             await cancel(handle, client, env, exc)
             raise
         if await handle.resolve_pending.remote(env.msg_id, "answered"):
-            await handle.append.remote(env.session_id, [turn(reply, "reply")])
+            assert env.session_id is not None
+            await appender(handle).append(env.session_id, [turn(reply, "reply")])
         return reply
 
 

@@ -1,0 +1,160 @@
+"""Sessions: appended messages/s with group commit and with one commit per message, and
+context-read latency on a 10,000-message session.
+
+Two levels, in one run:
+- storage: SQLite (WAL, synchronous=FULL) driven in this process, no Ray, to isolate the commit
+  strategy: group commit (each transaction carries the messages that arrived together) against
+  one transaction per message;
+- store: the SessionStore actor through Ray, ``--callers`` concurrent appenders, each call
+  carrying one message (or ``--per-call``), with group commit on and off.
+Writes bench/results/sessions.json. Run: ``python bench/sessions.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+import reach
+from actors.session_storage import SqliteStorage, WriteBatch, pack
+from actors.sessions import SessionStore
+from reach.sessions import appender
+
+RESULTS = Path(__file__).parent / "results"
+PAYLOAD = {"text": "客户问：订单 A-1024 什么时候到？ 📦", "order_id": "A-1024"}
+
+
+def p95(values: list[float]) -> float:
+    return round(statistics.quantiles(values, n=100, method="inclusive")[94], 3)
+
+
+async def storage_level(folder: Path, messages: int, group: int) -> dict[str, Any]:
+    """Appends through SqliteStorage directly: ``group`` messages per commit vs one each."""
+    out: dict[str, Any] = {}
+    for name, per_commit, count in (("group_commit", group, messages),
+                                    ("commit_per_message", 1, max(messages // 10, 200))):
+        storage = SqliteStorage(folder / f"{name}.db", "FULL")
+        await storage.open()
+        await storage.write(WriteBatch(sessions=[("s", "a", "b", "{}", time.time())]))
+        blob = pack(PAYLOAD)
+        started = time.perf_counter()
+        for first in range(1, count + 1, per_commit):
+            seqs = range(first, min(first + per_commit, count + 1))
+            await storage.write(WriteBatch(
+                messages=[("s", n, f"m{n}", "a", "message", blob, "x@1.0", 0.0) for n in seqs],
+                session_seq={"s": seqs[-1] + 1}))
+        wall = time.perf_counter() - started
+        out[name] = {"messages": count, "per_commit": per_commit,
+                     "msgs_per_s": round(count / wall, 1)}
+        reads = []
+        for _ in range(300):
+            t0 = time.perf_counter()
+            await storage.messages("s", 0, 20, last=True)
+            reads.append((time.perf_counter() - t0) * 1000)
+        out[name]["context_read_p95_ms"] = p95(reads)
+        await storage.close()
+    return out
+
+
+async def store_level(folder: Path, group_commit: bool, callers: int, per_call: int,
+                      messages: int, *, coalesce: bool = False) -> dict[str, Any]:
+    """Appends through the SessionStore actor over Ray, ``callers`` at a time (through the
+    process's coalescing appender when ``coalesce``)."""
+    store_cls: Any = SessionStore
+    name = "group" if group_commit else "single"
+    store = store_cls.options(num_cpus=0, max_concurrency=10_000).remote(
+        str(folder / f"store-{name}-{per_call}-{coalesce}.db"), group_commit=group_commit,
+        compact_after=10**9)
+    await store.open_session.remote("bench", "a", "b", {}, {})
+    sent = 0
+
+    async def caller(c: int) -> None:
+        nonlocal sent
+        while sent < messages:
+            batch = [{"msg_id": f"c{c}-{sent + k}", "sender": "a", "payload": PAYLOAD}
+                     for k in range(per_call)]
+            sent += per_call
+            if coalesce:
+                await appender(store).append("bench", batch)
+            else:
+                await store.append.remote("bench", batch)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(c) for c in range(callers)))
+    wall = time.perf_counter() - started
+    stats = await store.stats.remote()
+    result = {"messages": sent, "callers": callers, "per_call": per_call,
+              "msgs_per_s": round(sent / wall, 1), "commits": stats["commits"],
+              "msgs_per_commit": round(sent / max(stats["commits"], 1), 1)}
+    ray.kill(store)
+    return result
+
+
+async def context_read(folder: Path, size: int, reads: int) -> dict[str, Any]:
+    """p95 of reading the summary and last 20 messages of a ``size``-message session."""
+    store_cls: Any = SessionStore
+    store = store_cls.options(num_cpus=0, max_concurrency=10_000).remote(
+        str(folder / "context.db"), compact_after=10**9)
+    await store.open_session.remote("big", "a", "b", {}, {})
+    for first in range(0, size, 500):
+        await store.append.remote("big", [{"msg_id": f"m{n}", "sender": "a", "payload": PAYLOAD}
+                                          for n in range(first, min(first + 500, size))])
+    times = []
+    for _ in range(reads):
+        t0 = time.perf_counter()
+        ctx = await store.context.remote("big", 20)
+        times.append((time.perf_counter() - t0) * 1000)
+        assert ctx["messages"][-1]["seq"] == size
+    ray.kill(store)
+    return {"session_messages": size, "reads": reads, "p50_ms": round(statistics.median(times), 3),
+            "p95_ms": p95(times)}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    reach.init(address=args.address, log_to_driver=False)
+    with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
+        folder = Path(tmp)
+        figures: dict[str, Any] = {"storage": await storage_level(folder, args.messages, 100)}
+        print("storage (in process, synchronous=FULL):")
+        for name, r in figures["storage"].items():
+            print(f"  {name:<20} {r['msgs_per_s']:>10,.0f} msg/s   "
+                  f"read p95 {r['context_read_p95_ms']} ms")
+        figures["store"] = {}
+        print(f"store actor through Ray ({args.callers} concurrent callers):")
+        runs = [(True, 1, True), (True, 1, False), (True, args.per_call, False),
+                (False, 1, False), (False, args.per_call, False)]
+        for group, per_call, coalesce in runs:
+            key = (f"{'group_commit' if group else 'commit_per_write'}_{per_call}_per_call"
+                   + ("_coalesced" if coalesce else ""))
+            r = await store_level(folder, group, args.callers, per_call, args.store_messages,
+                                  coalesce=coalesce)
+            figures["store"][key] = r
+            print(f"  {key:<44} {r['msgs_per_s']:>9,.0f} msg/s  "
+                  f"({r['msgs_per_commit']} per commit)")
+        figures["context_read"] = await context_read(folder, 10_000, args.reads)
+        c = figures["context_read"]
+        print(f"context read on a {c['session_messages']:,}-message session: "
+              f"p50 {c['p50_ms']} ms, p95 {c['p95_ms']} ms")
+    return figures
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--store-messages", type=int, default=5_000)
+    parser.add_argument("--callers", type=int, default=64)
+    parser.add_argument("--per-call", type=int, default=10)
+    parser.add_argument("--reads", type=int, default=500)
+    parser.add_argument("--address", default=None)
+    result = asyncio.run(main(parser.parse_args()))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "sessions.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {RESULTS / 'sessions.json'}")
