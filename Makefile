@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/seed_scenario.py
 	$(BIN)/python bench/registry_scale.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/sessions.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -173,3 +173,10 @@ async def test_a_restarted_requester_resends_or_cancels_its_pending_request_exac
     assert sum(1 for line in lines(runs) if line.startswith(request_id)) == 1
     assert not [x for x in lines(outcomes) if x.startswith("answered ")]  # not both
     await sup.stop()
+
+
+async def test_appending_to_an_unknown_session_is_session_not_found(rt: Any) -> None:
+    with pytest.raises(reach.SessionNotFound):
+        await rt.session("ss-no-such-session").append("me", {"text": "hello?"})
+    with pytest.raises(reach.SessionNotFound):
+        await rt.session("ss-no-such-session").context()
