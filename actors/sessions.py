@@ -235,13 +235,13 @@ class SessionStore:
 
     def _client(self) -> Client:
         """A client for asking the summariser agent; this actor is its reply endpoint."""
+        name = ray.get_runtime_context().get_actor_name() or STORE_NAME
         if self._link is None:
             registry = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
             directory = Directory(registry)
-            transport = Transport(STORE_NAME, NAMESPACE,
-                                  on_dead_endpoint=directory.drop_endpoint)
+            transport = Transport(name, NAMESPACE, on_dead_endpoint=directory.drop_endpoint)
             self._link = Link(transport, directory)
-        return Client(self._link, STORE_NAME)
+        return Client(self._link, name)
 
     async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], None]:
         """Receives the summariser's replies."""

@@ -262,3 +262,14 @@ class Asker(reach.Agent):
 
 class CancellingAsker(Asker):
     pending_policy = PendingAction.CANCEL
+
+
+class Summariser(reach.Agent):
+    """Folds messages into a summary that says how many it has folded in all."""
+
+    capabilities = ("test.summarise",)
+
+    @reach.handler("reach.summarise@1.0", returns="reach.summary@1.0")
+    async def fold(self, ctx: reach.Context, m: dict[str, Any]) -> dict[str, Any]:
+        before = int(m["summary"].split()[0]) if m["summary"] else 0
+        return {"summary": f"{before + len(m['messages'])} messages folded by {self.id}"}

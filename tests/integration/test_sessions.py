@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import ray
 from conftest import wait_until
-from support_agents import Asker, CancellingAsker, Forward, Talker, Text
+from support_agents import Asker, CancellingAsker, Forward, Summariser, Talker, Text
 
 import reach
 from reach import ChildSpec, SupervisorSpec, Terms
@@ -180,3 +180,26 @@ async def test_appending_to_an_unknown_session_is_session_not_found(rt: Any) -> 
         await rt.session("ss-no-such-session").append("me", {"text": "hello?"})
     with pytest.raises(reach.SessionNotFound):
         await rt.session("ss-no-such-session").context()
+
+
+async def test_an_agent_can_be_the_summariser(rt: Any, tmp_path: Path) -> None:
+    from actors.sessions import SessionStore
+
+    await rt.spawn(Summariser, "ss-summariser", placement=reach.Packed(pool="sessions"))
+    store_cls: Any = SessionStore
+    store = store_cls.options(name="reach.sessions.summarised", namespace="reach").remote(
+        str(tmp_path / "summarised.db"), compact_after=6, keep_last=2,
+        summariser="ss-summariser")
+    await store.open_session.remote("ss-sum", "me", "you", {}, {})
+    for i in range(9):
+        await store.append.remote("ss-sum", [{"msg_id": f"m{i}", "sender": "me",
+                                              "payload": {"text": f"line {i}"}}])
+
+    async def folded() -> dict[str, Any] | None:
+        context = await store.context.remote("ss-sum", 100)
+        return context if context["folded_upto"] > 0 else None
+
+    context = await wait_until(folded)
+    assert context["summary"] == f"{context['folded_upto']} messages folded by ss-summariser"
+    assert [m["payload"]["text"] for m in context["messages"]][-1] == "line 8"
+    ray.kill(store)
