@@ -16,7 +16,8 @@ import ray
 
 from actors._mem import rss_bytes
 from reach.agent import Agent
-from reach.client import Directory, Link
+from reach.client import Link
+from reach.directory import Directory
 from reach.errors import AgentAlreadyExists, AgentNotFound, ReachError, TaskCancelled
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.runner import AgentRunner, ReplySink

@@ -24,7 +24,8 @@ import ray
 from actors.session_storage import SqliteStorage, WriteBatch, pack
 from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
 from policies.sessions import negotiate as negotiate_terms
-from reach.client import Client, Directory, Link
+from reach.client import Client, Link
+from reach.directory import Directory
 from reach.errors import ReachError, SessionNotFound
 from reach.transport import Transport
 

@@ -20,7 +20,8 @@ import ray
 from ray.exceptions import RayError
 
 from policies.supervision import backoff_delay, record_restart, should_restart, to_restart
-from reach.client import Directory, Link
+from reach.client import Link
+from reach.directory import Directory
 from reach.errors import RestartLimitExceeded
 from reach.spawner import NAMESPACE, Spawner
 from reach.supervision import ChildSpec, SupervisorSpec

@@ -41,7 +41,8 @@ if _TYPE_CHECKING:
     from policies.supervision import Backoff, Intensity, RestartType, Strategy
     from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
-    from reach.client import AgentInfo, Client, Context
+    from reach.client import Client, Context
+    from reach.directory import AgentInfo
     from reach.runtime import Runtime, init
     from reach.sessions import Session
     from reach.supervision import (
@@ -59,7 +60,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Agent": "reach.agent", "Dedicated": "reach.agent", "Packed": "reach.agent",
     "Placement": "reach.agent", "handler": "reach.agent",
-    "AgentInfo": "reach.client", "Client": "reach.client", "Context": "reach.client",
+    "AgentInfo": "reach.directory", "Client": "reach.client", "Context": "reach.client",
     "Runtime": "reach.runtime", "init": "reach.runtime",
     "ChildSpec": "reach.supervision", "SupervisorRef": "reach.supervision",
     "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",

@@ -19,7 +19,8 @@ import ray
 
 from policies.sessions import Terms
 from reach.agent import Agent, Dedicated, Placement
-from reach.client import AgentInfo, Client, Directory, Link
+from reach.client import Client, Link
+from reach.directory import AgentInfo, Directory
 from reach.errors import AgentAlreadyExists, AgentNotFound
 from reach.protocol import new_id
 from reach.sessions import LIMITS_SCHEMA, STORE_NAME, Session
