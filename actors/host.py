@@ -18,7 +18,13 @@ from actors._mem import rss_bytes
 from reach.agent import Agent
 from reach.client import Link
 from reach.directory import Directory
-from reach.errors import AgentAlreadyExists, AgentNotFound, ReachError, TaskCancelled
+from reach.errors import (
+    AgentAlreadyExists,
+    AgentNotFound,
+    CodecError,
+    ReachError,
+    TaskCancelled,
+)
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.runner import AgentRunner, ReplySink
 from reach.transport import Transport
@@ -58,6 +64,7 @@ class AgentHost:
         # Invariant: an exit record exists for every agent that left, until a watcher reads it.
         self._exits: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._adding: set[str] = set()
 
     def _stop_event(self) -> asyncio.Event:
         if self._stopped is None:
@@ -72,10 +79,18 @@ class AgentHost:
             AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
             Exception: whatever an agent's constructor or on_start raised.
         """
-        taken = [i for i in agent_ids if i in self.runners]
+        taken = [i for i in agent_ids if i in self.runners or i in self._adding]
         if taken:
             raise AgentAlreadyExists(f"agent {taken[0]!r} is already live on host {self.name}",
                                      details={"agent_id": taken[0], "host": self.name})
+        self._adding.update(agent_ids)  # held until added or failed: two spawns cannot race
+        try:
+            return await self._add(cls, agent_ids, args, kwargs)
+        finally:
+            self._adding.difference_update(agent_ids)
+
+    async def _add(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         fresh: dict[str, AgentRunner] = {}
         for agent_id in agent_ids:
             agent = cls(*args, **kwargs)
@@ -184,7 +199,25 @@ class AgentHost:
             if not all(t.done() for t in tasks):
                 await asyncio.wait(tasks, timeout=LINGER_S)
         replies = sink.close()
-        return not_here, self.transport.codec.encode_batch(replies) if replies else None
+        return not_here, self._reply_frame(replies) if replies else None
+
+    def _reply_frame(self, replies: list[Envelope]) -> bytes:
+        """The replies as one frame; a reply that cannot be encoded becomes its error."""
+        codec = self.transport.codec
+        try:
+            return codec.encode_batch(replies)
+        except CodecError:
+            fixed = []
+            for reply in replies:
+                try:
+                    codec.encode(reply)
+                    fixed.append(reply)
+                except CodecError as exc:
+                    fixed.append(Envelope(
+                        msg_type=MsgType.ERROR, sender=reply.sender, receiver=reply.receiver,
+                        request_id=reply.request_id or reply.msg_id, trace_id=reply.trace_id,
+                        payload_schema=ERROR_SCHEMA, error_info=exc.to_info()))
+            return codec.encode_batch(fixed)
 
     def _refuse(self, msg_id: str | None, sender: str | None, error: ReachError,
                 sink: ReplySink) -> None:

@@ -154,6 +154,9 @@ class Registry:
                 rec["status"] = OFFLINE
                 self._mirror(rec)
                 gone.append(rec["agent_id"])
+        holding = {rec["host"] for rec in self.records.values()}
+        for host in dead - holding:  # a dead host that holds nothing is forgotten
+            del self.last_seen[host]
         return gone
 
     async def mark(self, agent_ids: list[str], status: str) -> None:
@@ -165,8 +168,11 @@ class Registry:
                 self._mirror(rec)
 
     async def hosts(self) -> list[str]:
-        """Names of the hosts that have heartbeat or registered, most recent last."""
-        return sorted(self.last_seen, key=self.last_seen.__getitem__)
+        """Names of the hosts alive by their heartbeats, most recent last."""
+        now = time.monotonic()
+        alive = [h for h, seen in self.last_seen.items()
+                 if not heartbeat_expired(seen, now, self.interval_s, self.misses)]
+        return sorted(alive, key=self.last_seen.__getitem__)
 
     async def dead_letter(self, letters: list[dict[str, Any]]) -> None:
         """Records messages that could not be delivered, with their reasons (bounded)."""

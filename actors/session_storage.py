@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import aiosqlite
 import msgpack
 
-from reach.errors import ReachError
+from reach.errors import StorageError
 
 
 @dataclass
@@ -113,7 +113,7 @@ class SqliteStorage:
     def __init__(self, path: str | Path, synchronous: str = "FULL") -> None:
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
             # SQLite would silently take an unknown value as NORMAL: weaker than asked for.
-            raise ReachError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
+            raise StorageError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = Path(path)
         self.synchronous = synchronous.upper()
         self._db: aiosqlite.Connection | None = None
@@ -123,10 +123,10 @@ class SqliteStorage:
         """The open connection.
 
         Raises:
-            ReachError: the storage is not open.
+            StorageError: the storage is not open.
         """
         if self._db is None:
-            raise ReachError(f"session storage {self.path} is not open")
+            raise StorageError(f"session storage {self.path} is not open")
         return self._db
 
     async def open(self) -> None:

@@ -26,7 +26,7 @@ from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_s
 from policies.sessions import negotiate as negotiate_terms
 from reach.client import Client, Link
 from reach.directory import Directory
-from reach.errors import ReachError, SessionNotFound
+from reach.errors import ProtocolError, ReachError, SessionNotFound
 from reach.transport import Transport
 
 log = logging.getLogger("reach.sessions")
@@ -110,8 +110,11 @@ class SessionStore:
             for stage, _ in items:
                 try:
                     staged.append(stage(batch))
-                except ReachError as exc:
+                except (ReachError, _StaleMeta) as exc:
                     staged.append(exc)
+                except Exception as exc:  # e.g. a payload value msgpack cannot encode
+                    staged.append(ProtocolError(f"cannot store this write: {exc}",
+                                                details={"rule": "store_encode"}))
             try:
                 changed = await self.storage.write(batch)
             except Exception as exc:
@@ -165,10 +168,28 @@ class SessionStore:
         Raises:
             SessionNotFound: no such session.
         """
-        meta = await self._meta(session_id)
+        while True:
+            meta = await self._meta(session_id)
+            try:
+                seqs: list[int] = await self._commit(self._append_stage(session_id, meta,
+                                                                        messages))
+                break
+            except _StaleMeta:
+                continue  # a failed commit dropped the counters: reload them, stage again
+        if len(meta["ids"]) > self.compact_after and session_id not in self._compacting:
+            self._compacting.add(session_id)
+            folding = asyncio.get_running_loop().create_task(self._compact(session_id))
+            self._folding.add(folding)
+            folding.add_done_callback(self._folding.discard)
+        return seqs
+
+    def _append_stage(self, session_id: str, meta: dict[str, Any],
+                      messages: list[dict[str, Any]]) -> Stage:
         now = time.time()
 
         def stage(batch: WriteBatch) -> list[int]:
+            if self.meta.get(session_id) is not meta:
+                raise _StaleMeta  # staged against counters a failed commit invalidated
             seqs, ids, nxt = [], meta["ids"], meta["next_seq"]
             fresh: dict[str, int] = {}
             for m in messages:
@@ -186,13 +207,7 @@ class SessionStore:
                 ids.update(fresh)
             return seqs
 
-        seqs: list[int] = await self._commit(stage)
-        if len(meta["ids"]) > self.compact_after and session_id not in self._compacting:
-            self._compacting.add(session_id)
-            folding = asyncio.get_running_loop().create_task(self._compact(session_id))
-            self._folding.add(folding)
-            folding.add_done_callback(self._folding.discard)
-        return seqs
+        return stage
 
     async def append_many(self, appends: list[tuple[str, list[dict[str, Any]]]]
                           ) -> list[list[int] | dict[str, Any]]:
@@ -350,3 +365,7 @@ def _settle(items: list[tuple[Stage, asyncio.Future[Any]]], staged: list[Any],
             future.set_exception(result)
         else:
             future.set_result(result(changed) if callable(result) else result)
+
+
+class _StaleMeta(Exception):
+    """A write was staged against session counters that a failed commit invalidated."""

@@ -94,6 +94,8 @@ class Supervisor:
                 self.state = "failed"
                 raise
         self.state = "running"
+        if self._exits:  # a child died while its siblings were starting: handle it now
+            self._handling = asyncio.get_running_loop().create_task(self._handle_exits())
         return list(self.started)
 
     async def _start_child(self, child_id: str) -> None:
@@ -153,7 +155,8 @@ class Supervisor:
                 ray.kill(handle)
             return
         host_name = self.hosts.pop(child_id, None)
-        if host_name is None:
+        if host_name is None:  # its restart failed: no host holds it, but clients may wait on it
+            await _within(self.registry.mark.remote([child_id], "offline"), timeout)
             return
         try:
             host = self.transport.handle(host_name)

@@ -256,11 +256,15 @@ class Client:
         transport = self._link.transport
         endpoint = await self._link.directory.route(agent_id, env.deadline)
         pending = transport.expect(env, endpoint, stream=True)
-        transport.post(endpoint, env)
         assert pending.chunks is not None
         try:
+            try:
+                transport.post(endpoint, env)
+            except StaleRoute:
+                self._link.directory.drop(agent_id)
+                raise AgentUnavailable(f"agent {agent_id!r} moved; retry the stream") from None
             while True:
-                item = await _until(asyncio.ensure_future(pending.chunks.get()), env)
+                item = await _next_chunk(pending.chunks, env)
                 if isinstance(item, BaseException):
                     if isinstance(item, StaleRoute):
                         self._link.directory.drop(agent_id)
@@ -330,6 +334,7 @@ def _pick(link: Link, holders: list[AgentInfo], k: int) -> list[AgentInfo]:
 
 
 async def _until(future: asyncio.Future[Any], env: Envelope) -> Any:
+    # Only for plain futures (a Task cannot take set_exception): streams use _next_chunk.
     # A timer on the future itself, not asyncio.wait_for: wait_for wraps the future in a task,
     # which costs a loop iteration per reply and splits the next outbox batch.
     left = env.remaining_ms(time.time())
@@ -346,6 +351,17 @@ async def _until(future: asyncio.Future[Any], env: Envelope) -> Any:
         ) from None
     finally:
         timer.cancel()
+
+
+async def _next_chunk(chunks: asyncio.Queue[Any], env: Envelope) -> Any:
+    left = env.remaining_ms(time.time())
+    try:
+        return await asyncio.wait_for(chunks.get(), None if left is None else max(left, 0) / 1000)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"stream from {env.receiver!r} did not end within {env.timeout_ms} ms",
+            details={"agent_id": env.receiver, "timeout_ms": env.timeout_ms},
+        ) from None
 
 
 class _Expired(Exception):

@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ray.exceptions import RayError
+
 from reach.errors import AgentNotFound, AgentUnavailable, NoCapableAgent, ReachError
 from reach.protocol import Envelope
+from reach.transport import translate_ray_error
 
 #: How long a resolved agent ID stays cached (seconds).
 ROUTE_TTL_S = 30.0
@@ -25,6 +28,8 @@ HOLDERS_TTL_S = 1.0
 PICK_FROM = 64
 #: First interval at which a held message polls for its restarting agent (doubles to 0.25 s).
 HOLD_POLL_S = 0.02
+#: Longest wait for the registry when the caller has no deadline.
+REGISTRY_WAIT_S = 10.0
 #: How long a notification waits for a restarting agent before it becomes a dead letter.
 NOTIFY_HOLD_S = 5.0
 
@@ -117,7 +122,7 @@ class Directory:
         delay = HOLD_POLL_S
         while True:
             self.lookups += 1
-            rec = await self.registry.lookup.remote(agent_id)
+            rec = await self._ask(self.registry.lookup.remote(agent_id), deadline)
             if rec is None or rec["status"] != "restarting":
                 return rec
             if deadline is None or time.time() + delay >= deadline:
@@ -129,6 +134,19 @@ class Directory:
                 )
             await asyncio.sleep(delay)  # poll: the registry does not push
             delay = min(delay * 2, 0.25)
+
+    async def _ask(self, ref: Any, deadline: float | None) -> Any:
+        """Awaits a registry call, no longer than the caller's deadline (or REGISTRY_WAIT_S)."""
+        wait = REGISTRY_WAIT_S if deadline is None else max(deadline - time.time(), 0.001)
+        try:
+            return await asyncio.wait_for(asyncio.ensure_future(ref), wait)
+        except TimeoutError:
+            raise AgentUnavailable(
+                f"the registry did not answer within {wait:.1f} s (is it restarting?)",
+                suggestion="retry shortly", details={"waited_s": round(wait, 3)},
+            ) from None
+        except RayError as exc:
+            raise translate_ray_error(exc, "reach.registry") from exc
 
     def dead_letter(self, envelopes: list[Envelope], error: ReachError) -> None:
         """Records envelopes that could not be delivered, and why (fire and forget)."""
@@ -164,7 +182,8 @@ class Directory:
         now = self._clock()
         hit = self._holders.get(key)
         if hit is None or hit[2] <= now:
-            records, close = await self.registry.discover.remote(capability, text, limit)
+            records, close = await self._ask(
+                self.registry.discover.remote(capability, text, limit), None)
             infos = [AgentInfo.from_record(r) for r in records]
             hit = self._holders[key] = (infos, close, now + HOLDERS_TTL_S)
             for info in infos:

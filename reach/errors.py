@@ -19,6 +19,8 @@ Every error reach raises is a :class:`ReachError`. Names say the cause::
     ├── RestartLimitExceeded     a supervisor gave up: restart intensity exceeded
     ├── InvalidTransition        a task state change the state machine does not allow
     ├── TaskCancelled            the task was cancelled before it finished
+    ├── TaskNotFound             no task has that ID (never submitted, or long forgotten)
+    ├── StorageError             the session store's database refused or failed
     ├── SessionRefused           a session's terms are not acceptable to the other side
     ├── SessionNotFound          no session has that ID
     ├── AuthError                a signature, replay window or ACL check failed
@@ -269,6 +271,19 @@ class TaskCancelled(ReachError):
     code = "task_cancelled"
 
 
+class TaskNotFound(ReachError):
+    """No task has the given ID: never submitted here, or ended long ago and forgotten."""
+
+    code = "task_not_found"
+
+
+class StorageError(ReachError):
+    """The session store's database refused an operation or is not usable."""
+
+    code = "storage_error"
+    default_severity = Severity.RETRYABLE
+
+
 class SessionRefused(ReachError):
     """A session could not be opened; ``details["setting"]`` names the setting refused."""
 
@@ -317,7 +332,9 @@ __all__ = [
     "SessionNotFound",
     "SessionRefused",
     "Severity",
+    "StorageError",
     "TaskCancelled",
+    "TaskNotFound",
     "UnknownSchema",
     "error_from_info",
 ]

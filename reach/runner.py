@@ -26,7 +26,6 @@ from reach.errors import (
     ProtocolError,
     ReachError,
     RequestTimeout,
-    SessionNotFound,
     TaskCancelled,
 )
 from reach.protocol import Envelope, MsgType
@@ -38,6 +37,7 @@ from reach.sessions import (
     finish,
     limits_payload,
     store,
+    stored,
 )
 from reach.transport import STREAM_END_SCHEMA
 
@@ -199,12 +199,12 @@ class AgentRunner:
         if earlier:  # the same request is running here already: wait for its recorded reply
             await asyncio.wait(earlier)
         handle = store()
-        recorded = await handle.reply_for.remote(env.msg_id)
+        recorded = await stored(handle.reply_for.remote(env.msg_id))
         if recorded is not None:
             return env.reply(recorded["payload"], recorded["schema"], sender=self.agent.id)
         reply = self._reply(env, spec, await fn(ctx, message))
-        await handle.record_reply.remote(env.msg_id, self.agent.id, dict(reply.payload),
-                                         reply.payload_schema)
+        await stored(handle.record_reply.remote(env.msg_id, self.agent.id, dict(reply.payload),
+                                                reply.payload_schema))
         return reply
 
     async def recover(self) -> int:
@@ -215,9 +215,10 @@ class AgentRunner:
         """
         try:
             handle = store()
-        except SessionNotFound:
+            pending = await handle.pending_for.remote(self.agent.id)
+        except Exception as exc:  # no store, or it is restarting: nothing to recover now
+            log.warning("could not read the pending requests of %s: %s", self.agent.id, exc)
             return 0
-        pending = await handle.pending_for.remote(self.agent.id)
         client = Client(self.link, self.agent.id)
         for rec in pending:
             env = Envelope.parse(rec["envelope"])

@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 from pydantic import BaseModel
+from ray.exceptions import RayError
 
 from policies.sessions import Terms
 from reach.client import Client
@@ -30,6 +31,7 @@ from reach.errors import (
     error_from_info,
 )
 from reach.protocol import Envelope, new_id
+from reach.transport import translate_ray_error
 
 STORE_NAME = "reach.sessions"
 NAMESPACE = "reach"
@@ -88,9 +90,10 @@ class Appender:
                     results = await self.handle.append_many.remote(
                         [(s, m) for s, m, _ in batch])
                 except Exception as exc:
+                    error = translate_ray_error(exc, STORE_NAME)
                     for *_, future in batch:
                         if not future.done():
-                            future.set_exception(exc)
+                            future.set_exception(error)
                     continue
                 for (*_, future), result in zip(batch, results, strict=True):
                     if future.done():
@@ -178,9 +181,9 @@ class Session:
                                   timeout_ms=timeout_ms or self.terms.get("timeout_ms"),
                                   session_id=self.session_id)
         await appender(self.store).append(self.session_id, [turn(env, "request")])
-        await self.store.add_pending.remote(
+        await stored(self.store.add_pending.remote(
             env.msg_id, agent_id=client.sender, receiver=receiver, session_id=self.session_id,
-            envelope=env.model_dump(mode="json"), deadline=env.deadline)
+            envelope=env.model_dump(mode="json"), deadline=env.deadline))
         return await finish(self.store, client, env)
 
 
@@ -205,15 +208,23 @@ async def finish(handle: Any, client: Client, env: Envelope) -> Envelope:
         except ReachError as exc:
             await cancel(handle, client, env, exc)
             raise
-        if await handle.resolve_pending.remote(env.msg_id, "answered"):
+        if await stored(handle.resolve_pending.remote(env.msg_id, "answered")):
             assert env.session_id is not None
             await appender(handle).append(env.session_id, [turn(reply, "reply")])
         return reply
 
 
+async def stored(ref: Any) -> Any:
+    """Awaits a store call, its Ray failures translated (the store may be restarting)."""
+    try:
+        return await ref
+    except RayError as exc:
+        raise translate_ray_error(exc, STORE_NAME) from exc
+
+
 async def cancel(handle: Any, client: Client, env: Envelope, why: ReachError) -> bool:
     """Ends a pending session request as cancelled, telling its receiver; False if it had ended."""
-    if not await handle.resolve_pending.remote(env.msg_id, "cancelled"):
+    if not await stored(handle.resolve_pending.remote(env.msg_id, "cancelled")):
         return False
     with contextlib.suppress(ReachError):  # a receiver that is gone runs nothing to cancel
         await client.notify(env.receiver, {"request_id": env.msg_id,

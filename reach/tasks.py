@@ -18,8 +18,17 @@ from typing import Any
 
 from policies.tasks import FINAL_STATE, TERMINAL, Action, TaskPolicy, TaskState, transition
 from reach.client import Client, Link
-from reach.errors import InvalidTransition, ReachError, RequestTimeout, TaskCancelled
+from reach.errors import (
+    InvalidTransition,
+    ReachError,
+    RequestTimeout,
+    TaskCancelled,
+    TaskNotFound,
+)
 from reach.protocol import new_id
+
+#: Ended tasks an owner remembers for ``wait``; beyond that the oldest are forgotten.
+KEEP_TASKS = 10_000
 
 
 @dataclass(frozen=True)
@@ -112,21 +121,40 @@ class TaskRunner:
         """Starts a task; returns its ID (also the trace ID of all its messages)."""
         task = TaskRecord(new_id(), spec)
         self.tasks[task.task_id] = task
+        if len(self.tasks) > KEEP_TASKS:  # forget the oldest ended tasks (dicts keep order)
+            for old in [t for t, r in self.tasks.items() if r.state in TERMINAL][:KEEP_TASKS // 10]:
+                del self.tasks[old]
         runner = asyncio.get_running_loop().create_task(self._run(task))
         self._running[task.task_id] = runner
         runner.add_done_callback(lambda _: self._running.pop(task.task_id, None))
         return task.task_id
 
+    def _task(self, task_id: str) -> TaskRecord:
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise TaskNotFound(f"no task {task_id!r} here (never submitted, or forgotten)",
+                               details={"task_id": task_id})
+        return task
+
     async def wait(self, task_id: str) -> dict[str, Any]:
-        """Waits for a task to end; returns its result."""
+        """Waits for a task to end; returns its result.
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+        self._task(task_id)
         runner = self._running.get(task_id)
         if runner is not None:
-            await asyncio.shield(runner)
+            await asyncio.wait([runner])  # its end, however it ended (cancelled included)
         return self.tasks[task_id].result()
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
-        """Cancels a task and every handler still running under it; returns its result."""
-        task = self.tasks[task_id]
+        """Cancels a task and every handler still running under it; returns its result.
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+        task = self._task(task_id)
         runner = self._running.get(task_id)
         if runner is not None and task.state not in TERMINAL:
             runner.cancel()

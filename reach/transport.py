@@ -248,7 +248,10 @@ class Transport:
             frame = self.codec.encode(env)
             not_here, replies = await box.handle.deliver.remote(frame, self.endpoint)
         except (RayError, ReachError) as exc:
-            self._fail(env.msg_id, translate_ray_error(exc, box.endpoint))
+            error = translate_ray_error(exc, box.endpoint)
+            if env.msg_id not in self.pending and self._on_undelivered is not None:
+                self._on_undelivered([env], error)  # nobody waits for it: a dead letter
+            self._fail(env.msg_id, error)
             return
         self._received(not_here, replies)
 
@@ -297,9 +300,12 @@ class Transport:
         self._watches.pop(endpoint, None)
         self._forget_endpoint(endpoint)
         # Replies the endpoint sent just before it went (through another path, such as a
-        # driver's inbox) may still be on their way: give them a moment before failing.
+        # driver's inbox) may still be on their way: give them a moment before failing. Only
+        # the requests waiting now are failed: a replacement of the same name is another host.
+        waiting = [m for m, p in self.pending.items() if p.endpoint == endpoint]
         await asyncio.sleep(WATCH_GRACE_S)
-        self.endpoint_died(endpoint, error)
+        for msg_id in waiting:
+            self._fail(msg_id, error)
 
     def _forget_endpoint(self, endpoint: str) -> None:
         self._outboxes.pop(endpoint, None)

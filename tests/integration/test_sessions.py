@@ -203,3 +203,13 @@ async def test_an_agent_can_be_the_summariser(rt: Any, tmp_path: Path) -> None:
     assert context["summary"] == f"{context['folded_upto']} messages folded by ss-summariser"
     assert [m["payload"]["text"] for m in context["messages"]][-1] == "line 8"
     ray.kill(store)
+
+
+async def test_a_payload_the_store_cannot_encode_is_refused_not_hung(rt: Any) -> None:
+    import datetime
+
+    await rt.spawn(Talker, "ss-bad-payload", placement=reach.Packed(pool="sessions"))
+    session = await rt.open_session(rt.client.sender, "ss-bad-payload")
+    with pytest.raises(reach.ProtocolError, match="cannot store"):
+        await session.append("me", {"when": datetime.datetime(2026, 11, 30)})
+    assert await session.append("me", {"text": "still works"}) == 1

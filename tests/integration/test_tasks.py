@@ -196,3 +196,10 @@ async def test_an_agent_submits_a_task_to_a_supervisor_and_awaits_it(rt: Any) ->
     with pytest.raises(reach.AgentNotFound):
         reach.find_supervisor("t-no-such-supervisor")
     await sup.stop()
+
+
+async def test_waiting_on_an_unknown_task_is_task_not_found(rt: Any) -> None:
+    sup = await rt.supervise(SupervisorSpec("t-unknown", backoff=FAST, children=[]))
+    with pytest.raises(reach.TaskNotFound):
+        await reach.TaskHandle(sup.handle, "no-such-task").result()
+    await sup.stop()
