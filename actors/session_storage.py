@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import aiosqlite
 import msgpack
 
+from policies.audit import GENESIS
 from reach.errors import StorageError
 
 
@@ -30,10 +31,11 @@ class WriteBatch:
         default_factory=list)
     resolutions: list[tuple[str, str, float]] = field(default_factory=list)
     replies: list[tuple[str, str, bytes, str, float]] = field(default_factory=list)
+    audit: list[tuple[int, float, str, str, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return (len(self.sessions) + len(self.messages) + len(self.folds) + len(self.pending)
-                + len(self.resolutions) + len(self.replies))
+                + len(self.resolutions) + len(self.replies) + len(self.audit))
 
 
 class SessionStorage(Protocol):
@@ -86,6 +88,9 @@ CREATE INDEX IF NOT EXISTS pending_by_agent ON pending_requests(agent_id, status
 CREATE TABLE IF NOT EXISTS replies(
     request_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, payload BLOB NOT NULL,
     schema TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS audit(
+    seq INTEGER PRIMARY KEY, at REAL NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,
+    record TEXT NOT NULL);
 """
 
 
@@ -179,6 +184,10 @@ class SqliteStorage:
                 await db.executemany(
                     "INSERT OR IGNORE INTO replies(request_id, agent_id, payload, schema, at) "
                     "VALUES (?, ?, ?, ?, ?)", batch.replies)
+            if batch.audit:
+                await db.executemany(
+                    "INSERT INTO audit(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)",
+                    batch.audit)
             await db.execute("COMMIT")
         except BaseException:
             await db.execute("ROLLBACK")
@@ -243,6 +252,31 @@ class SqliteStorage:
         if row is None:
             return None
         return {"agent_id": row[0], "payload": unpack(row[1]), "schema": row[2]}
+
+    async def audit_tail(self) -> tuple[int, str]:
+        """The last audit record's (seq, hash): (0, GENESIS) for an empty log."""
+        async with self.db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1") as cur:
+            row = await cur.fetchone()
+        return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
+
+    async def audit_records(self, trace_id: str | None, agent: str | None,
+                            limit: int) -> list[dict[str, Any]]:
+        """Audit records, oldest first, optionally of one trace or one agent (caller or callee)."""
+        where, args = [], []
+        if trace_id is not None:
+            where.append("json_extract(record, '$.trace_id') = ?")
+            args.append(trace_id)
+        if agent is not None:
+            where.append("(json_extract(record, '$.caller') = ? "
+                         "OR json_extract(record, '$.callee') = ?)")
+            args += [agent, agent]
+        sql = "SELECT seq, at, record FROM audit"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        async with self.db.execute(sql, (*args, limit)) as cur:
+            rows = list(await cur.fetchall())
+        return [{"seq": seq, "at": at, **json.loads(text)} for seq, at, text in reversed(rows)]
 
     async def integrity(self) -> str:
         """See :class:`SessionStorage`."""

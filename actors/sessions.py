@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from actors.session_storage import SqliteStorage, WriteBatch, pack
+from policies.audit import canonical, chain_hash
 from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
 from policies.sessions import negotiate as negotiate_terms
 from reach.client import Client, Link
@@ -73,6 +74,7 @@ class SessionStore:
         self.commits = 0
         self.written = 0
         self._link: Link | None = None
+        self._audit_tail: tuple[int, str] | None = None
 
     async def _ready(self) -> None:
         if self._opened is None:
@@ -343,6 +345,39 @@ class SessionStore:
         """The recorded reply of a request, or None."""
         await self._ready()
         return await self.storage.reply_for(request_id)
+
+    async def audit(self, records: list[dict[str, Any]]) -> list[int]:
+        """Appends records to the hash-chained audit log; returns their sequence numbers."""
+        await self._ready()
+        if self._audit_tail is None:
+            self._audit_tail = await self.storage.audit_tail()
+        now = time.time()
+
+        def stage(batch: WriteBatch) -> list[int]:
+            assert self._audit_tail is not None
+            seq, prev = self._audit_tail
+            seqs = []
+            for rec in records:
+                seq += 1
+                digest = chain_hash(prev, rec)
+                batch.audit.append((seq, now, prev, digest, canonical(rec).decode("utf-8")))
+                prev = digest
+                seqs.append(seq)
+            self._audit_tail = (seq, prev)
+            return seqs
+
+        try:
+            result: list[int] = await self._commit(stage)
+        except Exception:
+            self._audit_tail = None  # staged ahead of a failed commit: reload
+            raise
+        return result
+
+    async def audit_records(self, trace_id: str | None = None, agent: str | None = None,
+                            limit: int = 1000) -> list[dict[str, Any]]:
+        """Audit records, oldest first: all, or those of one trace or one agent."""
+        await self._ready()
+        return await self.storage.audit_records(trace_id, agent, limit)
 
     async def integrity(self) -> str:
         """``ok`` when SQLite's integrity check finds nothing wrong."""

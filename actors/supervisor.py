@@ -23,6 +23,7 @@ from policies.supervision import backoff_delay, record_restart, should_restart, 
 from reach.client import Link
 from reach.directory import Directory
 from reach.errors import RestartLimitExceeded
+from reach.sessions import store
 from reach.spawner import NAMESPACE, Spawner
 from reach.supervision import ChildSpec, SupervisorSpec
 from reach.tasks import TaskRunner, TaskSpec
@@ -64,7 +65,7 @@ class Supervisor:
         self.restarts: list[dict[str, Any]] = []
         self.state = "starting"
         self.tasks = TaskRunner(self.link, self.name, spec.task_policy, self.rng,
-                                self._cancel_trace)
+                                self._cancel_trace, audit=self._audit)
         self._exits: list[tuple[str, bool, str, float]] = []
         self._handling: asyncio.Task[None] | None = None
         self._gave_up: asyncio.Future[dict[str, Any] | None] | None = None
@@ -242,6 +243,8 @@ class Supervisor:
                 continue
             placement = "packed" if self.hosts.get(child_id, "").startswith("reach.pool.") else (
                 "supervisor" if child_id in self.subs else "dedicated")
+            self._audit({"caller": self.name, "callee": child_id, "capability": "",
+                         "msg_type": "supervision", "outcome": "restarted", "trace_id": ""})
             self.restarts.append({"child": child_id, "at": time.time(), "placement": placement,
                                   "latency_s": time.monotonic() - detected,
                                   "reason": next((r for c, _, r, _ in batch if c == child_id),
@@ -257,10 +260,19 @@ class Supervisor:
             details={"supervisor": self.spec.name, "restarts": len(self.history)},
         )
         log.error("%s", error)
+        self._audit({"caller": self.name, "callee": self.parent or "driver", "capability": "",
+                     "msg_type": "supervision", "outcome": "gave_up", "trace_id": ""})
         await self._stop_children(list(reversed(self.started)))
         future = self._gave_up_future()
         if not future.done():
             future.set_result(error.to_info().model_dump(mode="json"))
+
+    def _audit(self, record: dict[str, Any]) -> None:
+        """Records a supervision decision in the audit log (best effort: never blocks)."""
+        try:
+            store().audit.remote([{**record, "at": time.time()}])
+        except Exception as exc:  # no session store in this deployment
+            log.debug("not audited: %s", exc)
 
     async def wait_gave_up(self) -> dict[str, Any] | None:
         """Returns when this supervisor ends: None if stopped, the error info if it gave up."""

@@ -105,11 +105,14 @@ class TaskRunner:
         policy: Decides on errors.
         rng: Random generator for backoff jitter.
         cancel_trace: Cancels every running handler of a trace, cluster-wide (for aborts).
+        audit: Records each decision in the audit log, if given.
     """
 
     def __init__(self, link: Link, owner: str, policy: TaskPolicy, rng: random.Random,
-                 cancel_trace: Callable[[str, str], Awaitable[None]]) -> None:
+                 cancel_trace: Callable[[str, str], Awaitable[None]],
+                 *, audit: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.link = link
+        self.audit = audit
         self.owner = owner
         self.policy = policy
         self.rng = rng
@@ -255,6 +258,11 @@ class TaskRunner:
         attempt.ended, attempt.outcome = time.time(), "error"
         attempt.code, attempt.severity, attempt.reason = exc.code, exc.severity.value, exc.message
         attempt.decision = decision.action.value
+        if self.audit is not None:
+            self.audit({"caller": self.owner, "callee": attempt.agent_id,
+                        "capability": task.spec.target, "msg_type": "task",
+                        "outcome": f"{decision.action.value}: {exc.code}",
+                        "trace_id": task.task_id})
         if decision.action is not Action.RETRY:
             task.error = exc.to_info().model_dump(mode="json")
             if decision.action is Action.DEGRADE:

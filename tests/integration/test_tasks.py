@@ -203,3 +203,27 @@ async def test_waiting_on_an_unknown_task_is_task_not_found(rt: Any) -> None:
     with pytest.raises(reach.TaskNotFound):
         await reach.TaskHandle(sup.handle, "no-such-task").result()
     await sup.stop()
+
+
+async def test_supervisor_decisions_are_in_the_verifiable_audit_log(
+    rt: Any, sessions_db: Any
+) -> None:
+    from reach import audit
+
+    sup = await rt.supervise(SupervisorSpec("t-audited", backoff=FAST, children=[
+        ChildSpec(Worker, "t-audited-1", placement=reach.Packed(pool="tasks"))]))
+    task = await sup.submit("t-audited-1", Text(text="degrade"))
+    await task.result()
+
+    async def audited() -> list[dict[str, Any]]:
+        return await rt.store.audit_records.remote(trace_id=task.task_id)
+
+    (record,) = await wait_until(audited)
+    assert record["caller"] == "reach.sup.t-audited"
+    assert record["callee"] == "t-audited-1"
+    assert record["outcome"] == "degrade: reach_error"
+    verdict = audit.verify(sessions_db)
+    assert verdict.ok
+    assert verdict.records >= 1
+    assert audit.records(sessions_db, trace_id=task.task_id)[0]["outcome"] == "degrade: reach_error"
+    await sup.stop()

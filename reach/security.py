@@ -1,0 +1,261 @@
+"""Identities, signatures and payload encryption (the primitives; wiring them into the
+transport, the registry and the hosts is the next step).
+
+- A :class:`Keyring` holds a deployment's master key and its data keys. Each principal's (agent,
+  host, driver) signing secret is derived from the master key, so any process holding the keyring
+  can verify any principal and nobody without it can sign as one.
+- A :class:`Signer` signs bytes with HMAC-SHA256 over ``timestamp | nonce | bytes``; nonces are a
+  per-process random prefix and a counter, never reused. A :class:`Verifier` checks the signature
+  in constant time, a replay window (default 300 s either way) and that no nonce repeats within
+  it; each refusal is an :class:`~reach.errors.AuthError` naming its reason.
+- A :class:`Cipher` encrypts payloads with AES-GCM under the current data key, the envelope's
+  header bound as associated data, so a ciphertext moved to another envelope does not decrypt.
+  Nonces are a random 4-byte prefix per process and an 8-byte counter; data keys carry an ID so
+  that they can be rotated without downtime (old IDs still decrypt).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import os
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from reach.errors import AuthError
+
+#: How far a signature's timestamp may be from the verifier's clock, either way (seconds).
+REPLAY_WINDOW_S = 300.0
+#: Messages one process may encrypt under one data key before it must rotate (counter nonces).
+MAX_MESSAGES_PER_KEY = 2**32
+
+
+def _refuse(reason: str, message: str, **details: str | float) -> AuthError:
+    return AuthError(message, details={"reason": reason, **details})
+
+
+@dataclass
+class Keyring:
+    """A deployment's keys.
+
+    Attributes:
+        master: The key every principal's signing secret is derived from (32 bytes).
+        data_keys: AES-256 keys by key ID.
+        current: The key ID new ciphertexts use.
+    """
+
+    master: bytes
+    data_keys: dict[str, bytes] = field(default_factory=dict)
+    current: str = ""
+
+    @classmethod
+    def generate(cls) -> Keyring:
+        """A new keyring with a random master key and one data key."""
+        ring = cls(os.urandom(32))
+        ring.rotate()
+        return ring
+
+    def secret(self, principal: str) -> bytes:
+        """The signing secret of a principal (an agent, host or driver ID)."""
+        return hmac.new(self.master, b"reach/principal/" + principal.encode("utf-8"),
+                        hashlib.sha256).digest()
+
+    def rotate(self) -> str:
+        """Adds a data key and makes it current; returns its ID (older keys still decrypt)."""
+        kid = f"k{len(self.data_keys) + 1}-{os.urandom(3).hex()}"
+        self.data_keys[kid] = AESGCM.generate_key(bit_length=256)
+        self.current = kid
+        return kid
+
+    def save(self, path: str | Path) -> None:
+        """Writes the keyring, readable by its owner only."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        body = json.dumps({"master": self.master.hex(), "current": self.current,
+                           "data_keys": {k: v.hex() for k, v in self.data_keys.items()}})
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(body)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Keyring:
+        """Reads a keyring written by :meth:`save`.
+
+        Raises:
+            AuthError: the file is missing or not a keyring.
+        """
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(bytes.fromhex(raw["master"]),
+                       {k: bytes.fromhex(v) for k, v in raw["data_keys"].items()},
+                       raw["current"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise _refuse("keyring", f"cannot read the keyring at {path}: {exc}") from exc
+
+
+class _Nonces:
+    """Unique nonces: a random prefix per process and a counter."""
+
+    def __init__(self, prefix_bytes: int) -> None:
+        self.prefix = os.urandom(prefix_bytes)
+        self.counter = itertools.count()
+
+    def next(self) -> bytes:
+        return self.prefix + struct.pack(">Q", next(self.counter))
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What travels with signed bytes: when, a never-reused nonce, and the HMAC."""
+
+    timestamp: float
+    nonce: bytes
+    mac: bytes
+
+
+def _mac(secret: bytes, timestamp: float, nonce: bytes, data: bytes) -> bytes:
+    return hmac.new(secret, struct.pack(">d", timestamp) + nonce + data, hashlib.sha256).digest()
+
+
+class Signer:
+    """Signs bytes on behalf of principals.
+
+    Args:
+        keyring: The deployment's keys.
+        clock: Seconds since the epoch (injectable).
+    """
+
+    def __init__(self, keyring: Keyring, clock: Callable[[], float] = time.time) -> None:
+        self.keyring = keyring
+        self.clock = clock
+        self._nonces = _Nonces(8)
+        self._secrets: dict[str, bytes] = {}
+
+    def sign(self, principal: str, data: bytes) -> Signature:
+        """The signature of ``data`` by ``principal``."""
+        secret = self._secrets.get(principal)
+        if secret is None:
+            secret = self._secrets[principal] = self.keyring.secret(principal)
+        timestamp, nonce = self.clock(), self._nonces.next()
+        return Signature(timestamp, nonce, _mac(secret, timestamp, nonce, data))
+
+
+class Verifier:
+    """Checks signatures: the MAC, the replay window, and that no nonce is seen twice.
+
+    Args:
+        keyring: The deployment's keys.
+        window_s: How far a timestamp may be from this clock, either way.
+        known: Tells whether a principal exists (unknown principals are refused).
+        clock: Seconds since the epoch (injectable).
+    """
+
+    def __init__(self, keyring: Keyring, window_s: float = REPLAY_WINDOW_S,
+                 known: Callable[[str], bool] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.keyring = keyring
+        self.window_s = window_s
+        self.known = known
+        self.clock = clock
+        # Invariant: every nonce accepted within the last window is in seen, with its time.
+        self._seen: dict[bytes, float] = {}
+        self._secrets: dict[str, bytes] = {}
+        self._next_prune = 0.0
+
+    def verify(self, principal: str, data: bytes, signature: Signature) -> None:
+        """Accepts the signature or refuses it.
+
+        Raises:
+            AuthError: ``details["reason"]`` is ``unknown_principal``, ``replay_window``,
+                ``bad_signature`` or ``replayed_nonce``.
+        """
+        if self.known is not None and not self.known(principal):
+            raise _refuse("unknown_principal", f"{principal!r} is not a known agent",
+                          principal=principal)
+        now = self.clock()
+        skew = abs(now - signature.timestamp)
+        if skew > self.window_s:
+            raise _refuse("replay_window", f"signature of {principal!r} is {skew:.0f} s from "
+                          f"this clock, outside the {self.window_s:.0f} s window",
+                          principal=principal, skew_s=skew)
+        secret = self._secrets.get(principal)
+        if secret is None:
+            secret = self._secrets[principal] = self.keyring.secret(principal)
+        expected = _mac(secret, signature.timestamp, signature.nonce, data)
+        if not hmac.compare_digest(expected, signature.mac):
+            raise _refuse("bad_signature", f"bad signature on a message from {principal!r}",
+                          principal=principal)
+        if signature.nonce in self._seen:
+            raise _refuse("replayed_nonce", f"a message from {principal!r} was replayed",
+                          principal=principal)
+        self._seen[signature.nonce] = signature.timestamp
+        if now >= self._next_prune:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        oldest = now - self.window_s
+        self._seen = {n: t for n, t in self._seen.items() if t >= oldest}
+        self._next_prune = now + self.window_s / 10
+
+
+class Cipher:
+    """AES-GCM payload encryption with the header as associated data.
+
+    Args:
+        keyring: The deployment's keys (``current`` encrypts, any known ID decrypts).
+    """
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+        self._nonces = _Nonces(4)
+        self._aeads: dict[str, AESGCM] = {}
+        self._used = 0
+
+    def _aead(self, kid: str) -> AESGCM:
+        aead = self._aeads.get(kid)
+        if aead is None:
+            key = self.keyring.data_keys.get(kid)
+            if key is None:
+                raise _refuse("unknown_key", f"no data key {kid!r} in the keyring", kid=kid)
+            aead = self._aeads[kid] = AESGCM(key)
+        return aead
+
+    def encrypt(self, plaintext: bytes, aad: bytes) -> tuple[str, bytes, bytes]:
+        """Returns (key ID, nonce, ciphertext) for ``plaintext`` bound to ``aad``.
+
+        Raises:
+            AuthError: this process reached its message budget for the key: rotate it.
+        """
+        self._used += 1
+        if self._used > MAX_MESSAGES_PER_KEY:
+            raise _refuse("rotate_key", "the data key has encrypted its budget of messages in "
+                          "this process; rotate the keyring")
+        kid, nonce = self.keyring.current, self._nonces.next()
+        return kid, nonce, self._aead(kid).encrypt(nonce, plaintext, aad)
+
+    def decrypt(self, kid: str, nonce: bytes, ciphertext: bytes, aad: bytes) -> bytes:
+        """The plaintext, if the ciphertext is intact and bound to this ``aad``.
+
+        Raises:
+            AuthError: unknown key ID, or tampered ciphertext / moved to another envelope.
+        """
+        try:
+            return self._aead(kid).decrypt(nonce, ciphertext, aad)
+        except InvalidTag:
+            raise _refuse("bad_ciphertext", "a payload does not decrypt: it was altered or "
+                          "belongs to another envelope", kid=kid) from None
+
+
+def header_aad(*, sender: str, receiver: str, msg_type: str, msg_id: str, schema: str,
+               timestamp: float, kid: str) -> bytes:
+    """The associated data binding a ciphertext to its envelope's header."""
+    return json.dumps([sender, receiver, msg_type, msg_id, schema, timestamp, kid],
+                      ensure_ascii=False).encode("utf-8")
