@@ -62,4 +62,6 @@ def check(acl: Acl, caller: str, caller_caps: Sequence[str],
             verb = "may" if rule.allow else "may not"
             return AclDecision(rule.allow, index, f"rule {index}: {caller} {verb} call {hit}")
     verb = "allows" if acl.default_allow else "refuses"
-    return AclDecision(acl.default_allow, None, f"no rule matched; the default {verb}")
+    what = ", ".join(callee_caps) or "an agent with no capability"
+    return AclDecision(acl.default_allow, None,
+                       f"no rule matched {caller} calling {what}; the default {verb}")

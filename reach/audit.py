@@ -44,8 +44,16 @@ def _rows(path: Path) -> list[tuple[int, str, str, dict[str, Any]]]:
             rows = db.execute("SELECT seq, prev, hash, record FROM audit ORDER BY seq").fetchall()
     except sqlite3.Error as exc:
         raise StorageError(f"cannot read the audit log in {path}: {exc}") from exc
-    return [(int(seq), str(prev), str(digest), json.loads(text))
-            for seq, prev, digest, text in rows]
+    return [(int(seq), str(prev), str(digest), _record(text)) for seq, prev, digest, text in rows]
+
+
+def _record(text: str) -> dict[str, Any]:
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        rec = None
+    # An unreadable record cannot hash to its stored hash: verify reports it as broken.
+    return rec if isinstance(rec, dict) else {"unreadable": text}
 
 
 def verify(path: str | Path) -> Verdict:

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import math
 import os
 import struct
 import time
@@ -52,8 +53,8 @@ class Keyring:
         current: The key ID new ciphertexts use.
     """
 
-    master: bytes
-    data_keys: dict[str, bytes] = field(default_factory=dict)
+    master: bytes = field(repr=False)
+    data_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
     current: str = ""
 
     @classmethod
@@ -76,14 +77,17 @@ class Keyring:
         return kid
 
     def save(self, path: str | Path) -> None:
-        """Writes the keyring, readable by its owner only."""
+        """Writes the keyring atomically, readable by its owner only (even over an old file)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         body = json.dumps({"master": self.master.hex(), "current": self.current,
                            "data_keys": {k: v.hex() for k, v in self.data_keys.items()}})
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o600)
             f.write(body)
+        os.replace(temp, target)
 
     @classmethod
     def load(cls, path: str | Path) -> Keyring:
@@ -94,11 +98,15 @@ class Keyring:
         """
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(bytes.fromhex(raw["master"]),
+            ring = cls(bytes.fromhex(raw["master"]),
                        {k: bytes.fromhex(v) for k, v in raw["data_keys"].items()},
                        raw["current"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise _refuse("keyring", f"cannot read the keyring at {path}: {exc}") from exc
+        if len(ring.master) != 32 or ring.current not in ring.data_keys:
+            raise _refuse("keyring", f"the keyring at {path} is incomplete: a 32-byte master "
+                          "key and a current data key are needed")
+        return ring
 
 
 class _Nonces:
@@ -169,6 +177,7 @@ class Verifier:
         self._seen: dict[bytes, float] = {}
         self._secrets: dict[str, bytes] = {}
         self._next_prune = 0.0
+        self._high = float("-inf")
 
     def verify(self, principal: str, data: bytes, signature: Signature) -> None:
         """Accepts the signature or refuses it.
@@ -181,8 +190,12 @@ class Verifier:
             raise _refuse("unknown_principal", f"{principal!r} is not a known agent",
                           principal=principal)
         now = self.clock()
+        # The high-water mark keeps a clock stepped backwards from reopening the window on
+        # signatures whose nonces were already pruned.
+        self._high = max(self._high, now)
         skew = abs(now - signature.timestamp)
-        if skew > self.window_s:
+        if (not math.isfinite(signature.timestamp) or skew > self.window_s
+                or signature.timestamp < self._high - self.window_s):
             raise _refuse("replay_window", f"signature of {principal!r} is {skew:.0f} s from "
                           f"this clock, outside the {self.window_s:.0f} s window",
                           principal=principal, skew_s=skew)
@@ -201,7 +214,7 @@ class Verifier:
             self._prune(now)
 
     def _prune(self, now: float) -> None:
-        oldest = now - self.window_s
+        oldest = self._high - self.window_s
         self._seen = {n: t for n, t in self._seen.items() if t >= oldest}
         self._next_prune = now + self.window_s / 10
 
@@ -217,7 +230,7 @@ class Cipher:
         self.keyring = keyring
         self._nonces = _Nonces(4)
         self._aeads: dict[str, AESGCM] = {}
-        self._used = 0
+        self._used: dict[str, int] = {}  # messages encrypted per key ID by this process
 
     def _aead(self, kid: str) -> AESGCM:
         aead = self._aeads.get(kid)
@@ -234,11 +247,12 @@ class Cipher:
         Raises:
             AuthError: this process reached its message budget for the key: rotate it.
         """
-        self._used += 1
-        if self._used > MAX_MESSAGES_PER_KEY:
+        kid = self.keyring.current
+        used = self._used[kid] = self._used.get(kid, 0) + 1
+        if used > MAX_MESSAGES_PER_KEY:
             raise _refuse("rotate_key", "the data key has encrypted its budget of messages in "
-                          "this process; rotate the keyring")
-        kid, nonce = self.keyring.current, self._nonces.next()
+                          "this process; rotate the keyring", kid=kid)
+        nonce = self._nonces.next()
         return kid, nonce, self._aead(kid).encrypt(nonce, plaintext, aad)
 
     def decrypt(self, kid: str, nonce: bytes, ciphertext: bytes, aad: bytes) -> bytes:

@@ -112,3 +112,9 @@ def test_the_reason_names_the_caller_and_the_matched_capability(allow: bool) -> 
     assert "refund.lookup" in decision.reason
     assert "search" not in decision.reason
     assert ("may not" in decision.reason) is not allow
+
+
+def test_the_default_decision_names_the_caller_and_the_capabilities() -> None:
+    decision = check(Acl(default_allow=False), "mallory", (), ("refund.issue",))
+    assert "mallory" in decision.reason
+    assert "refund.issue" in decision.reason

@@ -331,3 +331,61 @@ def test_one_keyring_derives_the_same_secret_every_time_and_one_per_principal(
     assert ring.secret("agent-1") != ring.secret("agent-2")
     assert len(ring.secret("客服-1")) == 32
 
+
+
+def test_saving_over_an_existing_readable_file_makes_it_private(tmp_path: Path) -> None:
+    path = tmp_path / "keyring.json"
+    path.write_text("{}", encoding="utf-8")
+    path.chmod(0o644)
+    Keyring.generate().save(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("body", [
+    {"master": "00", "data_keys": [], "current": ""},
+    {"master": "00" * 32, "data_keys": {}, "current": "k1"},
+    {"master": "00" * 8, "data_keys": {"k1": "00" * 32}, "current": "k1"},
+], ids=["data-keys-not-a-map", "current-key-missing", "short-master"])
+def test_a_malformed_keyring_file_is_an_auth_error(tmp_path: Path, body: dict[str, object],
+                                                     ) -> None:
+    path = tmp_path / "keyring.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    with pytest.raises(AuthError):
+        Keyring.load(path)
+
+
+def test_a_clock_stepped_back_does_not_reopen_the_window_for_a_replay() -> None:
+    ring, clock = Keyring.generate(), FakeClock(600.0)
+    signer, verifier = Signer(ring, clock), Verifier(ring, 300.0, clock=clock)
+    first = signer.sign("a", b"x")
+    verifier.verify("a", b"x", first)
+    clock.now = 1000.0
+    verifier.verify("a", b"y", signer.sign("a", b"y"))  # prunes the first nonce
+    clock.now = 850.0
+    with pytest.raises(AuthError) as err:
+        verifier.verify("a", b"x", first)
+    assert err.value.details["reason"] == "replay_window"
+
+
+def test_a_signature_with_a_non_finite_timestamp_is_refused() -> None:
+    ring, clock = Keyring.generate(), FakeClock(600.0)
+    sig = Signer(ring, lambda: float("nan")).sign("a", b"x")
+    with pytest.raises(AuthError) as err:
+        Verifier(ring, clock=clock).verify("a", b"x", sig)
+    assert err.value.details["reason"] == "replay_window"
+
+
+def test_the_message_budget_starts_again_with_a_rotated_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import reach.security
+
+    monkeypatch.setattr(reach.security, "MAX_MESSAGES_PER_KEY", 2)
+    ring = Keyring.generate()
+    cipher = Cipher(ring)
+    cipher.encrypt(b"1", b"aad")
+    cipher.encrypt(b"2", b"aad")
+    with pytest.raises(AuthError, match="rotate"):
+        cipher.encrypt(b"3", b"aad")
+    ring.rotate()
+    assert cipher.encrypt(b"3", b"aad")[0] == ring.current
