@@ -121,6 +121,7 @@ class SessionStore:
                 changed = await self.storage.write(batch)
             except Exception as exc:
                 self.meta.clear()  # in-memory sequence numbers may be ahead: reload on next use
+                self._audit_tail = None
                 if len(items) > 1:
                     # One bad write must not fail the others: commit them one by one instead.
                     self._solo.extend(items)
@@ -350,11 +351,14 @@ class SessionStore:
         """Appends records to the hash-chained audit log; returns their sequence numbers."""
         await self._ready()
         if self._audit_tail is None:
-            self._audit_tail = await self.storage.audit_tail()
+            tail = await self.storage.audit_tail()
+            if self._audit_tail is None:  # another call may have loaded (and advanced) it
+                self._audit_tail = tail
         now = time.time()
 
         def stage(batch: WriteBatch) -> list[int]:
-            assert self._audit_tail is not None
+            if self._audit_tail is None:
+                raise _StaleMeta  # a failed commit dropped the tail: reload and stage again
             seq, prev = self._audit_tail
             seqs = []
             for rec in records:
@@ -368,9 +372,8 @@ class SessionStore:
 
         try:
             result: list[int] = await self._commit(stage)
-        except Exception:
-            self._audit_tail = None  # staged ahead of a failed commit: reload
-            raise
+        except _StaleMeta:
+            return await self.audit(records)
         return result
 
     async def audit_records(self, trace_id: str | None = None, agent: str | None = None,

@@ -213,3 +213,16 @@ async def test_a_payload_the_store_cannot_encode_is_refused_not_hung(rt: Any) ->
     with pytest.raises(reach.ProtocolError, match="cannot store"):
         await session.append("me", {"when": datetime.datetime(2026, 11, 30)})
     assert await session.append("me", {"text": "still works"}) == 1
+
+
+async def test_concurrent_audit_writes_keep_one_unbroken_chain(
+    rt: Any, sessions_db: Path
+) -> None:
+    from reach import audit
+
+    batches = [[{"caller": f"c{i}", "callee": "x", "capability": "", "msg_type": "test",
+                 "outcome": "ok", "trace_id": f"audit-storm-{i}"}] * 3 for i in range(20)]
+    seqs = await asyncio.gather(*(rt.store.audit.remote(b) for b in batches))
+    flat = [s for batch in seqs for s in batch]
+    assert len(set(flat)) == 60
+    assert audit.verify(sessions_db).ok
