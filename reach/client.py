@@ -47,6 +47,10 @@ class Link:
         return next(self._rotation)
 
 
+#: How many times a request that was not delivered (its agent moved) is resent.
+MAX_RESENDS = 40
+
+
 class Client:
     """Sends requests and notifications on behalf of ``sender``.
 
@@ -127,7 +131,7 @@ class Client:
         link = self._link
         link.inflight[env.receiver] += 1
         try:
-            for attempt in range(2):
+            for attempt in range(MAX_RESENDS + 1):
                 try:
                     endpoint = await link.directory.route(env.receiver, env.deadline)
                 except AgentUnavailable as exc:
@@ -140,13 +144,19 @@ class Client:
                     reply = await _until(pending.future, env)
                 except StaleRoute:
                     # Not delivered (the host no longer has the agent, or is gone before the
-                    # envelope left): resolving again and resending is safe.
+                    # envelope left): resolving again and resending is safe. The agent may be
+                    # between hosts for a moment (a restart the registry has not heard of yet):
+                    # after the first resend, wait a little longer each time, up to the deadline.
                     link.directory.drop(env.receiver)
-                    if attempt:
+                    delay = 0.0 if attempt == 0 else min(0.02 * 2 ** (attempt - 1), 0.25)
+                    left = env.remaining_ms(time.time())
+                    if attempt == MAX_RESENDS or (left is not None and left <= delay * 1000):
                         raise AgentUnavailable(
-                            f"agent {env.receiver!r} moved twice while being called",
-                            details={"agent_id": env.receiver},
+                            f"agent {env.receiver!r} moved while being called and was not "
+                            "reachable again in time",
+                            details={"agent_id": env.receiver, "resends": attempt},
                         ) from None
+                    await asyncio.sleep(delay)
                     continue
                 except AgentUnavailable:
                     link.directory.drop(env.receiver)
