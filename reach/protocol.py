@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import reprlib
 import time
 from collections.abc import Mapping
@@ -48,10 +49,11 @@ class MsgType(StrEnum):
 
 
 class _Ids:
-    """Unique IDs without a system call each: a random 64-bit prefix per process, plus a counter.
+    """Unique IDs without a system call each: 64 random bits, then a per-process counter.
 
-    IDs must be unique, not secret (signatures protect envelopes); the prefix is drawn again in
-    a forked child so that parent and child never share one.
+    The random half comes first so that a shortened ID (as logs print them) still tells IDs
+    apart; the counter makes them unique within a process, and the generator, seeded from the
+    operating system, is seeded again in a forked child. IDs must be unique, not secret.
     """
 
     def __init__(self) -> None:
@@ -59,18 +61,18 @@ class _Ids:
         os.register_at_fork(after_in_child=self.reset)
 
     def reset(self) -> None:
-        self.prefix = os.urandom(8).hex()
+        self.rng = random.Random(os.urandom(16))
         self.counter = itertools.count(1)
 
     def next(self) -> str:
-        return f"{self.prefix}{next(self.counter):016x}"
+        return f"{self.rng.getrandbits(64):016x}{next(self.counter):016x}"
 
 
 _ids = _Ids()
 
 
 def new_id() -> str:
-    """A fresh unique identifier, as 32 hex digits (a per-process random prefix and a counter)."""
+    """A fresh unique identifier, as 32 hex digits (64 random bits and a counter)."""
     return _ids.next()
 
 

@@ -311,3 +311,12 @@ def test_an_unregistered_model_payload_without_a_schema_raises_unknown_schema() 
 def test_an_unregistered_model_payload_with_an_explicit_schema_is_accepted() -> None:
     note = Envelope.notification("a", "b", Unregistered(sku="x"), "stock.item@2.0")
     assert (note.payload, note.payload_schema) == ({"sku": "x"}, "stock.item@2.0")
+
+
+def test_message_ids_are_unique_and_their_short_forms_still_differ() -> None:
+    from reach.protocol import new_id
+
+    ids = [new_id() for _ in range(5000)]
+    assert len(set(ids)) == 5000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert len({i[:12] for i in ids}) == 5000  # logs print shortened IDs
