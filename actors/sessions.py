@@ -28,15 +28,13 @@ from policies.sessions import negotiate as negotiate_terms
 from reach.client import Client, Link
 from reach.directory import Directory
 from reach.errors import ProtocolError, ReachError, SessionNotFound
+from reach.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
 from reach.transport import Transport
 
 log = logging.getLogger("reach.sessions")
 
 Stage = Callable[[WriteBatch], Any]
 
-STORE_NAME = "reach.sessions"
-NAMESPACE = "reach"
-REGISTRY_NAME = "reach.registry"
 #: What a summariser agent reads: {"summary": str, "messages": [...]}; it answers {"summary"}.
 SUMMARISE_SCHEMA = "reach.summarise@1.0"
 

@@ -23,8 +23,9 @@ from policies.supervision import backoff_delay, record_restart, should_restart, 
 from reach.client import Link
 from reach.directory import Directory
 from reach.errors import RestartLimitExceeded
+from reach.names import NAMESPACE, POOL_PREFIX, is_dedicated, supervisor_name
 from reach.sessions import store
-from reach.spawner import NAMESPACE, Spawner
+from reach.spawner import Spawner
 from reach.supervision import ChildSpec, SupervisorSpec
 from reach.tasks import TaskRunner, TaskSpec
 from reach.transport import Transport
@@ -42,7 +43,7 @@ class Supervisor:
     def __init__(self, spec: SupervisorSpec, registry: Any, parent: str | None, max_hops: int,
                  default_timeout_ms: int) -> None:
         self.spec = spec
-        self.name = f"reach.sup.{spec.name}"
+        self.name = supervisor_name(spec.name)
         self.registry = registry
         self.parent = parent
         self.directory = Directory(registry)
@@ -104,7 +105,7 @@ class Supervisor:
         gen = self.gen[child_id] = self.gen.get(child_id, 0) + 1
         if isinstance(spec, SupervisorSpec):
             sup_cls: Any = Supervisor
-            handle = sup_cls.options(name=f"reach.sup.{spec.name}", namespace=NAMESPACE,
+            handle = sup_cls.options(name=supervisor_name(spec.name), namespace=NAMESPACE,
                                      max_concurrency=10_000).remote(
                 spec, self.registry, self.name, *self.limits)
             try:
@@ -162,7 +163,7 @@ class Supervisor:
         try:
             host = self.transport.handle(host_name)
             await _within(host.remove_agents.remote([child_id], timeout), timeout + 1)
-            if host_name.startswith("reach.host."):
+            if is_dedicated(host_name):
                 ray.kill(host)
         except Exception as exc:  # its host is gone already
             log.info("host of %s is gone: %s", child_id, exc)
@@ -241,7 +242,7 @@ class Supervisor:
                 self.started.append(child_id)  # it counts as started, and as failed again
                 self.started.sort(key=list(self.specs).index)
                 continue
-            placement = "packed" if self.hosts.get(child_id, "").startswith("reach.pool.") else (
+            placement = "packed" if self.hosts.get(child_id, "").startswith(POOL_PREFIX) else (
                 "supervisor" if child_id in self.subs else "dedicated")
             self._audit({"caller": self.name, "callee": child_id, "capability": "",
                          "msg_type": "supervision", "outcome": "restarted", "trace_id": ""})

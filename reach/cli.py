@@ -7,6 +7,8 @@ import asyncio
 import json
 import sys
 
+from reach.names import DEFAULT_SESSIONS
+
 
 def _demo(args: argparse.Namespace) -> int:
     from reach import demo
@@ -29,7 +31,6 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_DB = ".reach/sessions.db"
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--protocol-only", action="store_true", help="skip the Ray part")
     audit = sub.add_parser("audit", help="verify or show the audit log")
     audit.add_argument("action", choices=["verify", "show"])
-    audit.add_argument("--path", default=DEFAULT_DB, help="the session store database")
+    audit.add_argument("--path", default=DEFAULT_SESSIONS, help="the session store database")
     audit.add_argument("--trace", default=None, help="show one trace's records")
     audit.add_argument("--agent", default=None, help="show one agent's records")
     sub.add_parser("version", help="print the version")

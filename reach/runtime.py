@@ -22,14 +22,19 @@ from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
 from reach.directory import AgentInfo, Directory
 from reach.errors import AgentAlreadyExists, AgentNotFound
+from reach.names import (
+    DEFAULT_SESSIONS,
+    NAMESPACE,
+    REGISTRY_NAME,
+    STORE_NAME,
+    is_dedicated,
+    supervisor_name,
+)
 from reach.protocol import new_id
-from reach.sessions import LIMITS_SCHEMA, STORE_NAME, Session
-from reach.spawner import NAMESPACE, Spawner, unwrap
+from reach.sessions import LIMITS_SCHEMA, Session
+from reach.spawner import Spawner, unwrap
 from reach.supervision import SupervisorRef, SupervisorSpec
 from reach.transport import Transport
-
-REGISTRY_NAME = "reach.registry"
-DEFAULT_SESSIONS = ".reach/sessions.db"
 
 
 class Runtime:
@@ -108,7 +113,7 @@ class Runtime:
         host = self.transport.handle(rec["host"])
         await host.remove_agents.remote([agent_id], timeout_s)
         self.directory.drop(agent_id)
-        if rec["host"].startswith("reach.host."):
+        if is_dedicated(rec["host"]):
             await host.stop.remote(timeout_s)
             ray.kill(host)
 
@@ -122,7 +127,7 @@ class Runtime:
         from actors.supervisor import Supervisor
 
         self._ensure_polling()
-        name = f"reach.sup.{spec.name}"
+        name = supervisor_name(spec.name)
         sup_cls: Any = Supervisor
         try:
             handle = sup_cls.options(name=name, namespace=NAMESPACE, max_concurrency=10_000,

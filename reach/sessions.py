@@ -21,7 +21,6 @@ import ray
 from pydantic import BaseModel
 from ray.exceptions import RayError
 
-from policies.sessions import Terms
 from reach.client import Client
 from reach.errors import (
     AgentUnavailable,
@@ -30,11 +29,10 @@ from reach.errors import (
     SessionNotFound,
     error_from_info,
 )
+from reach.names import NAMESPACE, STORE_NAME
 from reach.protocol import Envelope, new_id
 from reach.transport import translate_ray_error
 
-STORE_NAME = "reach.sessions"
-NAMESPACE = "reach"
 #: Notification asking a receiver to stop handling a request: {"request_id": str}.
 CANCEL_SCHEMA = "reach.cancel@1.0"
 #: Request every agent answers with its session limits (see ``Agent.session_limits``).
@@ -237,7 +235,3 @@ def limits_payload(agent: Any) -> dict[str, Any]:
     """What an agent answers to a limits request."""
     return asdict(agent.session_limits)
 
-
-def offer_payload(terms: Terms) -> dict[str, Any]:
-    """A terms offer as plain data."""
-    return asdict(terms)

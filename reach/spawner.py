@@ -16,9 +16,8 @@ from typing import Any
 import ray
 
 from reach.agent import Agent, Dedicated, Packed, Placement
+from reach.names import DEDICATED_PREFIX, NAMESPACE, POOL_PREFIX
 from reach.transport import Transport
-
-NAMESPACE = "reach"
 
 
 class Spawner:
@@ -99,12 +98,12 @@ class Spawner:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(p.node_id, soft=True)
-        return self._new_host(f"reach.host.{secrets.token_hex(6)}", **options)
+        return self._new_host(f"{DEDICATED_PREFIX}{secrets.token_hex(6)}", **options)
 
     def _pool(self, p: Packed) -> list[Any]:
         hosts = self._pools.get(p.pool)
         if hosts is None:
-            hosts = [self._new_host(f"reach.pool.{p.pool}.{i}", get_if_exists=True,
+            hosts = [self._new_host(f"{POOL_PREFIX}{p.pool}.{i}", get_if_exists=True,
                                     lifetime="detached", max_restarts=-1)
                      for i in range(p.size)]
             self._pools[p.pool] = hosts

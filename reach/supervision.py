@@ -23,6 +23,7 @@ from policies.supervision import Backoff, Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach.agent import Agent, Dedicated, Placement
 from reach.errors import AgentNotFound, ErrorInfo, error_from_info
+from reach.names import NAMESPACE, supervisor_name
 from reach.schemas import registry
 from reach.tasks import TaskSpec
 
@@ -158,7 +159,7 @@ def find_supervisor(name: str) -> SupervisorRef:
     import ray
 
     try:
-        handle = ray.get_actor(f"reach.sup.{name}", namespace="reach")
+        handle = ray.get_actor(supervisor_name(name), namespace=NAMESPACE)
     except ValueError as exc:
         raise AgentNotFound(f"no supervisor named {name!r} is running",
                             details={"supervisor": name}) from exc
