@@ -15,18 +15,24 @@ from typing import Any
 import ray
 
 from actors._mem import rss_bytes
+from policies.acl import Acl
 from reach.agent import Agent
 from reach.client import Link
 from reach.directory import Directory
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
+    AuthError,
     CodecError,
+    ConfigError,
     ReachError,
     TaskCancelled,
 )
+from reach.guard import Guard, acl_from_doc, signed_call
+from reach.names import is_endpoint
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.runner import AgentRunner, ReplySink
+from reach.trail import AuditTrail
 from reach.transport import Transport
 
 log = logging.getLogger("reach.host")
@@ -65,6 +71,10 @@ class AgentHost:
         self._exits: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._adding: set[str] = set()
+        self.trail = AuditTrail()
+        self.acl_version = -1
+        guard = self.transport.codec.guard
+        self._audit = self._audit_call if guard is not None and guard.config.audit_calls else None
 
     def _stop_event(self) -> asyncio.Event:
         if self._stopped is None:
@@ -77,8 +87,14 @@ class AgentHost:
 
         Raises:
             AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
+            ConfigError: an ID uses a prefix reserved for reach's own processes.
             Exception: whatever an agent's constructor or on_start raised.
         """
+        reserved = [i for i in agent_ids if is_endpoint(i)]
+        if reserved:  # those names are reach's own processes: an agent may not sign as one
+            raise ConfigError(f"agent ID {reserved[0]!r} uses a prefix reserved for reach's "
+                              "drivers, hosts, supervisors and session store",
+                              details={"setting": "agent_id", "agent_id": reserved[0]})
         taken = [i for i in agent_ids if i in self.runners or i in self._adding]
         if taken:
             raise AgentAlreadyExists(f"agent {taken[0]!r} is already live on host {self.name}",
@@ -97,9 +113,11 @@ class AgentHost:
             agent.id = agent_id
             agent._reach_exit = self._exit_hook(agent_id)  # type: ignore[attr-defined]
             await agent.on_start()
-            fresh[agent_id] = AgentRunner(agent, self.link)
+            fresh[agent_id] = AgentRunner(agent, self.link, audit=self._audit)
         entries = [self._entry(r.agent) for r in fresh.values()]
-        epochs = await self.registry.register_many.remote(entries, True)
+        if self.acl_version < 0:
+            await self._refresh_acl()  # before the first agent can be called
+        epochs = await self._registry_call("register_many", [entries, True])
         for entry, epoch in zip(entries, epochs, strict=True):
             entry["epoch"] = self.epochs[entry["agent_id"]] = epoch
         self.runners.update(fresh)
@@ -153,7 +171,7 @@ class AgentHost:
                      reason: str) -> int:
         here = [i for i in agent_ids if i in self.runners]
         try:
-            await self.registry.deregister.remote(here, self.name)
+            await self._registry_call("deregister", [here, self.name])
         except Exception as exc:  # the registry may be restarting; its table rebuilds anyway
             log.warning("deregistering %s failed: %s", here, exc)
         runners = [self.runners.pop(i) for i in here]
@@ -175,7 +193,12 @@ class AgentHost:
         envelopes, refused = self.transport.codec.decode_batch_partial(frame)
         sink = ReplySink(self.transport.post, reply_to)
         for bad in refused:
+            if isinstance(bad.error, AuthError):
+                self._audit_refusal(bad.sender or reply_to, "", "", bad.error, None)
             self._refuse(bad.msg_id, bad.sender, bad.error, sink)
+        guard = self.transport.codec.guard
+        if guard is not None:
+            envelopes = await self._admit(envelopes, guard, sink)
         not_here: list[str] = []
         tasks = []
         for env in envelopes:
@@ -200,6 +223,52 @@ class AgentHost:
                 await asyncio.wait(tasks, timeout=LINGER_S)
         replies = sink.close()
         return not_here, self._reply_frame(replies) if replies else None
+
+    async def _admit(self, envelopes: list[Envelope], guard: Guard,
+                     sink: ReplySink) -> list[Envelope]:
+        """The envelopes whose senders are known and allowed by the ACL to call their receivers;
+        the others are refused (a fatal AuthError to the caller) and audited."""
+        calls = [e for e in envelopes if e.msg_type is not MsgType.RESPONSE
+                 and e.msg_type is not MsgType.ERROR and e.receiver in self.runners
+                 and not (e.request_id is not None and e.msg_type is MsgType.EVENT)]
+        if not calls:
+            return envelopes
+        senders = {e.sender for e in calls if not is_endpoint(e.sender)}
+        caps = dict(zip(senders, await asyncio.gather(
+            *(self.directory.principal(s) for s in senders), return_exceptions=True),
+            strict=True))
+        refused: set[str] = set()
+        for env in calls:
+            callee = self.runners[env.receiver].agent
+            sender_caps: Any = () if is_endpoint(env.sender) else caps[env.sender]
+            if isinstance(sender_caps, BaseException) or sender_caps is None:
+                error = AuthError(
+                    f"{env.sender!r} is not a known agent: refused its call to {callee.id!r}",
+                    details={"reason": "unknown_principal", "principal": env.sender})
+            else:
+                decision = guard.allow(env.sender, sender_caps, tuple(callee.capabilities))
+                if decision.allowed:
+                    continue
+                error = AuthError(f"access denied: {decision.reason}",
+                                  suggestion="ask the deployment's operator to change its ACL",
+                                  details={"reason": "acl", "principal": env.sender,
+                                           "rule": decision.rule})
+            refused.add(env.msg_id)
+            self._audit_refusal(env.sender, env.receiver, env.payload_schema or "", error,
+                                env.trace_id)
+            self._refuse(env.msg_id, env.sender if env.msg_type is MsgType.REQUEST else None,
+                         error, sink)
+        return [e for e in envelopes if e.msg_id not in refused] if refused else envelopes
+
+    def _audit_refusal(self, caller: str, callee: str, capability: str, error: ReachError,
+                       trace_id: str | None) -> None:
+        self.trail.record(caller, callee or self.name, capability=capability,
+                          msg_type="refused", trace_id=trace_id,
+                          outcome=f"refused: {error.details.get('reason', error.code)}")
+
+    def _audit_call(self, env: Envelope, outcome: str) -> None:
+        self.trail.record(env.sender, env.receiver, capability=env.payload_schema or "",
+                          msg_type=env.msg_type.value, outcome=outcome, trace_id=env.trace_id)
 
     def _reply_frame(self, replies: list[Envelope]) -> bytes:
         """The replies as one frame; a reply that cannot be encoded becomes its error."""
@@ -251,6 +320,18 @@ class AgentHost:
         """Number of agents on this host."""
         return len(self.runners)
 
+    async def _refresh_acl(self) -> None:
+        guard = self.transport.codec.guard
+        version, doc = await self.registry.acl.remote()
+        if guard is not None:
+            guard.set_acl(Acl() if doc is None else acl_from_doc(doc))
+        self.acl_version = version
+
+    async def _registry_call(self, method: str, args: Any) -> Any:
+        """Calls the registry with arguments signed by this host."""
+        data, sig = signed_call(self.transport.codec.guard, self.name, args)
+        return await getattr(self.registry, method).remote(self.name, data, sig)
+
     def _start_heartbeat(self) -> None:
         if self._heartbeat is None:
             self._heartbeat = asyncio.get_running_loop().create_task(self._beat_forever())
@@ -266,10 +347,12 @@ class AgentHost:
     async def beat(self) -> list[str]:
         """Sends one heartbeat; re-registers agents the registry does not know. Returns them."""
         loads = {i: r.inflight for i, r in self.runners.items()}
-        unknown, self.interval_s = await self.registry.heartbeat.remote(self.name, loads)
+        unknown, self.interval_s, acl_version = await self._registry_call("heartbeat", loads)
+        if acl_version != self.acl_version:
+            await self._refresh_acl()
         if unknown:
             entries = [self._entry(self.runners[i].agent) for i in unknown if i in self.runners]
-            epochs = await self.registry.register_many.remote(entries, False)
+            epochs = await self._registry_call("register_many", [entries, False])
             for entry, epoch in zip(entries, epochs, strict=True):
                 self.epochs[entry["agent_id"]] = epoch
         return list(unknown)

@@ -19,7 +19,10 @@ import ray
 from actors._mem import rss_bytes
 from policies.discovery import Candidate, close_matches, find_holders, match_kind
 from policies.routing import heartbeat_expired, next_epoch
-from reach.errors import AgentAlreadyExists
+from reach.errors import AgentAlreadyExists, AuthError
+from reach.guard import acl_from_doc, open_call, process_guard
+from reach.names import DRIVER_PREFIX, REGISTRY_NAME, SUPERVISOR_PREFIX
+from reach.trail import AuditTrail
 
 ONLINE, OFFLINE, RECOVERING, RESTARTING = "online", "offline", "recovering", "restarting"
 
@@ -48,6 +51,22 @@ class Registry:
         # may well exist, so it is answered as "recovering" (retryable), not as unknown.
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self.recovering_until = time.monotonic() + interval_s * misses if restarted else 0.0
+        self.guard = process_guard()
+        self.trail = AuditTrail()
+        self.refused = 0
+        # The deployment's ACL (as acl_to_doc writes it); hosts fetch it when the version moves.
+        self.acl_doc: dict[str, Any] | None = None
+        self.acl_version = 0
+
+    def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
+        """The arguments of a call signed by ``host``; a refusal is audited and raised."""
+        try:
+            return open_call(self.guard, host, data, sig)
+        except AuthError as exc:
+            self.refused += 1
+            self.trail.record(host, REGISTRY_NAME, capability=f"registry.{what}", msg_type=what,
+                              outcome=f"refused: {exc.details.get('reason', exc.code)}")
+            raise
 
     def _start(self) -> None:
         if self._expiry is None:
@@ -57,14 +76,26 @@ class Registry:
         """Changes the heartbeat interval and miss count (hosts pick it up on their next beat)."""
         self.interval_s, self.misses = interval_s, misses
 
-    async def register_many(self, entries: list[dict[str, Any]], exclusive: bool) -> list[int]:
+    async def register_many(self, host: str, data: bytes, sig: Any) -> list[int]:
         """Registers agents (forcing them online) and returns their epochs.
 
-        With ``exclusive``, an ID live on another host is refused and nothing is registered.
+        ``data`` is the msgpack of ``[entries, exclusive]`` signed by ``host`` (see
+        :func:`reach.guard.signed_call`); a host registers only agents on itself. With
+        ``exclusive``, an ID live on another host is refused and nothing is registered.
 
         Raises:
+            AuthError: the signature does not verify, or an entry names another host.
             AgentAlreadyExists: an ID is already live elsewhere (exclusive only).
         """
+        entries, exclusive = self._open(host, data, sig, "register")
+        foreign = next((e for e in entries if e.get("host") != host), None)
+        if foreign is not None:
+            self.refused += 1
+            self.trail.record(host, REGISTRY_NAME, capability="registry.register",
+                              msg_type="register", outcome="refused: foreign_host")
+            raise AuthError(
+                f"host {host!r} may not register agents of host {foreign.get('host')!r}",
+                details={"reason": "foreign_host", "principal": host})
         self._start()
         if exclusive:
             for e in entries:
@@ -107,8 +138,19 @@ class Registry:
                 if not ids:
                     del self.by_tag[tag]
 
-    async def deregister(self, agent_ids: list[str], host: str) -> int:
-        """Removes agents registered by ``host``; returns how many were removed."""
+    async def deregister(self, principal: str, data: bytes, sig: Any) -> int:
+        """Removes agents registered by a host; returns how many were removed.
+
+        ``data`` is ``[agent_ids, host]``, signed by that host or by a supervisor or driver
+        (which deregister the agents of a host that died).
+
+        Raises:
+            AuthError: the signature does not verify, or another host signed it.
+        """
+        agent_ids, host = self._open(principal, data, sig, "deregister")
+        if principal != host and not principal.startswith((SUPERVISOR_PREFIX, DRIVER_PREFIX)):
+            raise AuthError(f"{principal!r} may not deregister the agents of host {host!r}",
+                            details={"reason": "foreign_host", "principal": principal})
         removed = 0
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
@@ -119,12 +161,17 @@ class Registry:
                 removed += 1
         return removed
 
-    async def heartbeat(self, host: str, loads: dict[str, int]) -> tuple[list[str], float]:
-        """Records that ``host`` is alive with these agents and loads.
+    async def heartbeat(self, host: str, data: bytes, sig: Any) -> tuple[list[str], float, int]:
+        """Records that ``host`` is alive with these agents and loads (``data``: the loads by
+        agent ID, signed by ``host``).
 
-        Returns the agents this registry does not know (the host re-registers them) and the
-        heartbeat interval to keep.
+        Returns the agents this registry does not know (the host re-registers them), the
+        heartbeat interval to keep, and the ACL's version (the host fetches a newer one).
+
+        Raises:
+            AuthError: the signature does not verify.
         """
+        loads = self._open(host, data, sig, "heartbeat")
         self._start()
         self.last_seen[host] = time.monotonic()
         unknown = []
@@ -137,7 +184,28 @@ class Registry:
                 rec["load"] = load
                 rec["status"] = ONLINE
                 self._mirror(rec)
-        return unknown, self.interval_s
+        return unknown, self.interval_s, self.acl_version
+
+    async def set_acl(self, principal: str, data: bytes, sig: Any) -> int:
+        """Replaces the deployment's ACL (``data``: its document, signed by a driver); hosts
+        apply it by their next heartbeat. Returns its version.
+
+        Raises:
+            AuthError: the signature does not verify, or the caller is not a driver.
+        """
+        doc = self._open(principal, data, sig, "set_acl")
+        if not principal.startswith(DRIVER_PREFIX):
+            raise AuthError(f"only a driver may change the ACL, not {principal!r}",
+                            details={"reason": "not_a_driver", "principal": principal})
+        acl_from_doc(doc)  # refuse a malformed one here, not in every host
+        self.acl_doc, self.acl_version = doc, self.acl_version + 1
+        self.trail.record(principal, REGISTRY_NAME, capability="registry.set_acl",
+                          msg_type="set_acl", outcome=f"ok: version {self.acl_version}")
+        return self.acl_version
+
+    async def acl(self) -> tuple[int, dict[str, Any] | None]:
+        """The ACL's version and document (None: the default, allow all)."""
+        return self.acl_version, self.acl_doc
 
     async def _expire_loop(self) -> None:
         while True:
@@ -223,4 +291,5 @@ class Registry:
         """Counts, and this process's resident memory in bytes."""
         return {"incarnation": self.incarnation, "agents": len(self.records),
                 "tags": len(self.by_tag),
-                "hosts": len(self.last_seen), "rss_bytes": rss_bytes()}
+                "hosts": len(self.last_seen), "rss_bytes": rss_bytes(),
+                "refused": self.refused, "signed": self.guard is not None}

@@ -23,6 +23,7 @@ from policies.supervision import backoff_delay, record_restart, should_restart, 
 from reach.client import Link
 from reach.directory import Directory
 from reach.errors import RestartLimitExceeded
+from reach.guard import signed_call
 from reach.names import NAMESPACE, POOL_PREFIX, is_dedicated, supervisor_name
 from reach.sessions import store
 from reach.spawner import Spawner
@@ -168,7 +169,8 @@ class Supervisor:
         except Exception as exc:  # its host is gone already
             log.info("host of %s is gone: %s", child_id, exc)
         # A dead host could not deregister its agent: do it here (it is idempotent).
-        await _within(self.registry.deregister.remote([child_id], host_name), timeout)
+        data, sig = signed_call(self.transport.codec.guard, self.name, [[child_id], host_name])
+        await _within(self.registry.deregister.remote(self.name, data, sig), timeout)
 
     # -- watching ------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from reach.errors import (
     AgentUnavailable,
     AuthError,
     CodecError,
+    ConfigError,
     ErrorInfo,
     HandlerError,
     InvalidPayload,
@@ -39,12 +40,14 @@ from reach.protocol import Envelope, MsgType, new_id
 from reach.schemas import SchemaRef, SchemaRegistry, registry, schema
 
 if _TYPE_CHECKING:
+    from policies.acl import Acl, Rule
     from policies.sessions import Limits, PendingAction, Terms
     from policies.supervision import Backoff, Intensity, RestartType, Strategy
     from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
     from reach.client import Client, Context
     from reach.directory import AgentInfo
+    from reach.guard import SecurityConfig
     from reach.runtime import Runtime, init
     from reach.sessions import Session
     from reach.supervision import (
@@ -73,6 +76,7 @@ _LAZY = {
     "TaskState": "policies.tasks",
     "Session": "reach.sessions", "Limits": "policies.sessions",
     "PendingAction": "policies.sessions", "Terms": "policies.sessions",
+    "SecurityConfig": "reach.guard", "Acl": "policies.acl", "Rule": "policies.acl",
 }
 
 
@@ -88,6 +92,7 @@ def __getattr__(name: str) -> _Any:
 
 
 __all__ = [
+    "Acl",
     "Agent",
     "AgentAlreadyExists",
     "AgentInfo",
@@ -99,6 +104,7 @@ __all__ = [
     "Client",
     "Codec",
     "CodecError",
+    "ConfigError",
     "Context",
     "Dedicated",
     "Envelope",
@@ -120,12 +126,14 @@ __all__ = [
     "RequestTimeout",
     "RestartLimitExceeded",
     "RestartType",
+    "Rule",
     "Runtime",
     "SchemaError",
     "SchemaEvolutionError",
     "SchemaIncompatible",
     "SchemaRef",
     "SchemaRegistry",
+    "SecurityConfig",
     "Session",
     "SessionNotFound",
     "SessionRefused",

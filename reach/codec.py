@@ -4,6 +4,15 @@ A frame is a msgpack array ``[WIRE_VERSION, kind, body]``: ``kind`` is 0 for one
 is its field array) and 1 for a batch (``body`` is an array of field arrays). An envelope's fields
 travel as an array in :data:`FIELDS` order, which is both smaller and faster than a map.
 
+With a :class:`~reach.guard.Guard` (signing on), frames are *sealed*: ``kind`` is 2 and the body
+is an array of ``[sealed, timestamp, nonce, mac]``, where ``sealed`` is the msgpack of the field
+array followed by the payload's key ID (nil when the payload is in clear), and the MAC is
+HMAC-SHA256 by the envelope's sender over timestamp, nonce and ``sealed``. An encrypted payload
+travels as ``[nonce, ciphertext]``, AES-GCM with the header fields (sender, receiver, type,
+msg_id, schema, timestamp, key ID) as associated data. Decoding verifies each envelope before it
+is read and decrypts its payload, so business code never sees ciphertext; a refused envelope is a
+:class:`Refused` entry with an :class:`~reach.errors.AuthError`, the rest of the batch unharmed.
+
 Strings are UTF-8 both ways with no replacement: a string that is not valid UTF-8 (or a Python
 string holding a lone surrogate) is a :class:`~reach.errors.CodecError`. Extension types are
 refused. Every failure of the underlying library is translated here, in :func:`_unpack`, and
@@ -14,15 +23,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from reach.errors import CodecError, ProtocolError
+from reach.errors import AuthError, CodecError, ProtocolError, ReachError
 from reach.protocol import Envelope
+from reach.security import Signature, header_aad
+
+if TYPE_CHECKING:
+    from reach.guard import Guard
 
 WIRE_VERSION = 1
-_ONE, _BATCH = 0, 1
+_ONE, _BATCH, _SEALED = 0, 1, 2
+_PAYLOAD, _SENDER = 4, 2
 
 #: Default maximum frame size in bytes (a session may negotiate another).
 DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
@@ -40,13 +54,13 @@ class Refused:
 
     Attributes:
         index: Its position in the batch.
-        error: The CodecError or ProtocolError that refused it.
+        error: The CodecError, ProtocolError or AuthError that refused it.
         msg_id: Its ``msg_id`` if that much could be read, so the sender can be told.
         sender: Its ``sender`` if that much could be read.
     """
 
     index: int
-    error: ProtocolError
+    error: ReachError
     msg_id: str | None
     sender: str | None
 
@@ -56,12 +70,16 @@ class Codec:
 
     Args:
         max_frame_bytes: Largest frame accepted either way.
+        guard: Signs, verifies, encrypts and decrypts (sealed frames); None: plain frames, and
+            sealed ones are refused.
     """
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 guard: Guard | None = None) -> None:
         if max_frame_bytes <= 0:
             raise CodecError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
         self.max_frame_bytes = max_frame_bytes
+        self.guard = guard
 
     def encode(self, envelope: Envelope) -> bytes:
         """Encodes one envelope as a frame.
@@ -70,6 +88,8 @@ class Codec:
             CodecError: a string is not encodable as UTF-8, a value has no msgpack form, or
                 the frame is larger than ``max_frame_bytes``.
         """
+        if self.guard is not None:
+            return self._pack([WIRE_VERSION, _SEALED, [self._seal(envelope)]])
         return self._pack([WIRE_VERSION, _ONE, _fields(envelope)])
 
     def encode_batch(self, envelopes: Iterable[Envelope]) -> bytes:
@@ -78,6 +98,8 @@ class Codec:
         Raises:
             CodecError: as for :meth:`encode`.
         """
+        if self.guard is not None:
+            return self._pack([WIRE_VERSION, _SEALED, [self._seal(e) for e in envelopes]])
         return self._pack([WIRE_VERSION, _BATCH, [_fields(e) for e in envelopes]])
 
     def decode(self, data: bytes) -> Envelope:
@@ -88,6 +110,8 @@ class Codec:
             ProtocolError: the envelope breaks a protocol rule.
         """
         kind, body = self._frame(data)
+        if kind == _SEALED and len(body) == 1:
+            return _envelope(self._open(body[0]))
         if kind != _ONE:
             raise CodecError(
                 f"expected a frame with one envelope, got a batch of {len(body)}",
@@ -119,16 +143,85 @@ class Codec:
         items = [body] if kind == _ONE else body
         envelopes: list[Envelope] = []
         refused: list[Refused] = []
+        sealed = kind == _SEALED
         for i, item in enumerate(items):
+            fields = item
             try:
-                envelopes.append(_envelope(item))
-            except ProtocolError as exc:
-                refused.append(Refused(i, exc, _peek(item, 0), _peek(item, 2)))
+                if sealed:
+                    fields = self._open(item)
+                envelopes.append(_envelope(fields))
+            except (ProtocolError, AuthError) as exc:
+                if sealed and fields is item:  # not opened: read what the sealed bytes say
+                    fields = _peek_sealed(item)
+                refused.append(Refused(i, exc, _peek(fields, 0), _peek(fields, _SENDER)))
         return envelopes, refused
 
-    def _pack(self, frame: list[Any]) -> bytes:
+    def _seal(self, e: Envelope) -> list[Any]:
+        guard = self.guard
+        assert guard is not None
+        fields = _fields(e)
+        kid = None
+        if guard.encrypts(e.session_id):
+            kid = guard.keyring.current
+            aad = header_aad(sender=e.sender, receiver=e.receiver, msg_type=e.msg_type.value,
+                             msg_id=e.msg_id, schema=e.payload_schema or "",
+                             timestamp=e.timestamp, kid=kid)
+            used, nonce, ciphertext = guard.cipher.encrypt(self._packb(fields[_PAYLOAD]), aad)
+            assert used == kid
+            fields[_PAYLOAD] = [nonce, ciphertext]
+        fields.append(kid)
+        sealed = self._packb(fields)
+        sig = guard.sign(e.sender, sealed)
+        return [sealed, sig.timestamp, sig.nonce, sig.mac]
+
+    def _open(self, item: Any) -> list[Any]:
+        """The field array of a sealed envelope, verified and decrypted.
+
+        Raises:
+            AuthError: bad signature, replay, unknown key or ciphertext that does not decrypt.
+            CodecError: the item is not a sealed envelope.
+        """
+        guard = self.guard
+        if guard is None:
+            raise CodecError("a signed envelope arrived where signing is off: the two sides run "
+                             "with different security settings",
+                             details={"rule": "signing_off"})
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], bytes)
+                and isinstance(item[1], float) and isinstance(item[2], bytes)
+                and isinstance(item[3], bytes)):
+            raise CodecError("a sealed envelope must be [bytes, float, bytes, bytes]",
+                             details={"rule": "sealed_shape"})
+        sealed = item[0]
+        fields = _unpack(sealed)
+        if not isinstance(fields, list) or len(fields) != len(FIELDS) + 1:
+            raise CodecError(f"a sealed envelope must hold {len(FIELDS) + 1} fields",
+                             details={"rule": "envelope_shape"})
+        sender = fields[_SENDER]
+        if not isinstance(sender, str) or not sender:
+            raise CodecError("a sealed envelope names no sender", details={"rule": "sender"})
+        guard.verify(sender, sealed, Signature(item[1], item[2], item[3]))
+        kid = fields.pop()
+        session_id = fields[10]
+        if kid is None:
+            if guard.encrypts(session_id if isinstance(session_id, str) else None):
+                raise AuthError(f"a payload from {sender!r} came in clear where payloads are "
+                                "encrypted", details={"reason": "not_encrypted",
+                                                      "principal": sender})
+            return fields
+        box = fields[_PAYLOAD]
+        if not (isinstance(kid, str) and isinstance(box, list) and len(box) == 2
+                and isinstance(box[0], bytes) and isinstance(box[1], bytes)):
+            raise CodecError("an encrypted payload must be [nonce, ciphertext] with a key ID",
+                             details={"rule": "ciphertext"})
+        schema = fields[5]
+        aad = header_aad(sender=sender, receiver=fields[3], msg_type=fields[1],
+                         msg_id=fields[0], schema=schema or "", timestamp=fields[13], kid=kid)
+        fields[_PAYLOAD] = _unpack(guard.cipher.decrypt(kid, box[0], box[1], aad))
+        return fields
+
+    def _packb(self, value: Any) -> bytes:
         try:
-            data: bytes = msgpack.packb(frame, use_bin_type=True, unicode_errors="strict")
+            data: bytes = msgpack.packb(value, use_bin_type=True, unicode_errors="strict")
         except UnicodeEncodeError as exc:
             raise CodecError(
                 f"a string is not valid UTF-8 ({exc.reason} at position {exc.start})",
@@ -138,6 +231,10 @@ class Codec:
             raise CodecError(
                 f"a value has no msgpack form: {exc}", details={"rule": "type"}
             ) from exc
+        return data
+
+    def _pack(self, frame: list[Any]) -> bytes:
+        data = self._packb(frame)
         if len(data) > self.max_frame_bytes:
             raise _oversize(len(data), self.max_frame_bytes)
         return data
@@ -158,12 +255,16 @@ class Codec:
                 f"unsupported wire version {version!r}; this side speaks {WIRE_VERSION}",
                 details={"rule": "wire_version"},
             )
-        if kind not in (_ONE, _BATCH) or type(kind) is not int:
+        if kind not in (_ONE, _BATCH, _SEALED) or type(kind) is not int:
             raise CodecError(f"unknown frame kind {kind!r}", details={"rule": "frame_kind"})
         if not isinstance(body, list):
             raise CodecError(
                 f"frame body must be an array, got {type(body).__name__}", details={"rule": "frame"}
             )
+        if kind != _SEALED and self.guard is not None:
+            raise AuthError("an unsigned frame was refused: signing is on in this deployment",
+                            suggestion="run every process with the deployment's security settings",
+                            details={"reason": "unsigned"})
         return kind, body
 
 
@@ -196,6 +297,16 @@ def _peek(item: Any, index: int) -> str | None:
     if isinstance(item, list) and len(item) > index and isinstance(item[index], str):
         peeked: str = item[index]
         return peeked
+    return None
+
+
+def _peek_sealed(item: Any) -> Any:
+    """The field array inside a sealed item, unverified (only to address a refusal)."""
+    if isinstance(item, list) and item and isinstance(item[0], bytes):
+        try:
+            return _unpack(item[0])
+        except CodecError:
+            return None
     return None
 
 

@@ -79,6 +79,7 @@ class Directory:
         self.registry = registry
         self._clock = clock
         self._routes: dict[str, tuple[str, float]] = {}
+        self._principals: dict[str, tuple[tuple[str, ...], float]] = {}
         self._holders: dict[tuple[str, str | None, int | None],
                             tuple[list[AgentInfo], list[str], float]] = {}
         self.lookups = 0
@@ -147,6 +148,24 @@ class Directory:
             ) from None
         except RayError as exc:
             raise translate_ray_error(exc, "reach.registry") from exc
+
+    async def principal(self, agent_id: str) -> tuple[str, ...] | None:
+        """The capabilities of a registered agent (in any state), or None if none has that ID.
+
+        Known principals are cached like routes; unknown ones are asked again next time.
+        """
+        hit = self._principals.get(agent_id)
+        now = self._clock()
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        self.lookups += 1
+        rec = await self._ask(self.registry.lookup.remote(agent_id), None)
+        if rec is None:
+            return None
+        caps = tuple(rec.get("capabilities", ()))
+        if "capabilities" in rec:  # not a placeholder of a registry that is rebuilding
+            self._principals[agent_id] = (caps, now + ROUTE_TTL_S)
+        return caps
 
     def dead_letter(self, envelopes: list[Envelope], error: ReachError) -> None:
         """Records envelopes that could not be delivered, and why (fire and forget)."""

@@ -24,6 +24,7 @@ Every error reach raises is a :class:`ReachError`. Names say the cause::
     ├── SessionRefused           a session's terms are not acceptable to the other side
     ├── SessionNotFound          no session has that ID
     ├── AuthError                a signature, replay window or ACL check failed
+    ├── ConfigError              a setting of reach is invalid
     └── HandlerError             a handler raised something that is not a ReachError
 
 Each class carries a stable ``code`` (``"schema_incompatible"``) and a default ``severity``
@@ -300,6 +301,12 @@ class AuthError(ReachError):
     """A signature, replay-window or access-control check failed."""
 
     code = "auth_error"
+
+
+class ConfigError(ReachError):
+    """A setting of reach is invalid; ``details["setting"]`` names it."""
+
+    code = "config_error"
 
 
 class HandlerError(ReachError):

@@ -10,14 +10,29 @@ REGISTRY_NAME = "reach.registry"
 STORE_NAME = "reach.sessions"
 #: Where the embedded default keeps the session store's database, under the current folder.
 DEFAULT_SESSIONS = ".reach/sessions.db"
+#: Where the embedded default keeps the deployment's keyring, under the current folder.
+DEFAULT_KEYRING = ".reach/keyring.json"
 #: Prefixes of host names: a dedicated host lives and dies with its one agent; pool hosts last.
 DEDICATED_PREFIX = "reach.host."
 POOL_PREFIX = "reach.pool."
 
 
+#: Prefix of a driver's client ID (the sender of what a driver sends).
+DRIVER_PREFIX = "driver:"
+#: Prefix of supervisor names.
+SUPERVISOR_PREFIX = "reach.sup."
+
+
+def is_endpoint(principal: str) -> bool:
+    """Whether a sender is one of reach's own processes (a driver, host, supervisor or session
+    store), which sign as themselves and are not agents of the registry."""
+    return principal.startswith((DRIVER_PREFIX, SUPERVISOR_PREFIX, DEDICATED_PREFIX, POOL_PREFIX,
+                                 STORE_NAME))
+
+
 def supervisor_name(name: str) -> str:
     """The actor name of the supervisor called ``name``."""
-    return f"reach.sup.{name}"
+    return f"{SUPERVISOR_PREFIX}{name}"
 
 
 def is_dedicated(host: str) -> bool:

@@ -79,9 +79,12 @@ class ReplySink:
 class AgentRunner:
     """One live agent in a host: its instance, its in-flight count, its running handler tasks."""
 
-    def __init__(self, agent: Agent, link: Link) -> None:
+    def __init__(self, agent: Agent, link: Link,
+                 audit: Callable[[Envelope, str], None] | None = None) -> None:
         self.agent = agent
         self.link = link
+        # Hears each handled envelope's outcome ("ok", or "error: <code>") for the audit log.
+        self.audit = audit
         self.inflight = 0
         self.handled = 0
         # Invariant: every running handler task maps to the envelope it handles.
@@ -142,6 +145,8 @@ class AgentRunner:
         return len(hit)
 
     def _refuse(self, env: Envelope, send: Callable[[Envelope], None], exc: ReachError) -> None:
+        if self.audit is not None:
+            self.audit(env, f"error: {exc.code}")
         if env.msg_type is MsgType.REQUEST:
             send(env.fail(exc, sender=self.agent.id))
         else:
@@ -150,28 +155,15 @@ class AgentRunner:
 
     async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink) -> None:
         self.inflight += 1
-        fn = getattr(self.agent, spec.method)
         ctx = Context(self.link, self.agent.id, env)
         # A stream's chunks, end and error all take the same (ordered) path.
         send = sink.push if spec.streaming else sink.send
         left = env.remaining_ms(time.time())
         try:
             async with asyncio.timeout(None if left is None else left / 1000):
-                if spec.streaming:
-                    sent = 0
-                    async for chunk in fn(ctx, message):
-                        sink.push(self._chunk(env, spec, chunk))
-                        sent += 1
-                    result: Any = None
-                    if env.msg_type is MsgType.REQUEST:
-                        sink.push(env.reply({"chunks": sent}, STREAM_END_SCHEMA,
-                                            sender=self.agent.id))
-                elif env.msg_type is MsgType.REQUEST and (spec.once or env.session_id):
-                    sink.send(await self._once(fn, ctx, message, env, spec))
-                else:
-                    result = await fn(ctx, message)
-                    if env.msg_type is MsgType.REQUEST:
-                        sink.send(self._reply(env, spec, result))
+                await self._invoke(spec, ctx, message, env, sink)
+            if self.audit is not None:
+                self.audit(env, "ok")
         except asyncio.CancelledError:
             why = self._cancelled.get(asyncio.current_task())  # type: ignore[arg-type]
             if why is not None:
@@ -190,6 +182,24 @@ class AgentRunner:
         finally:
             self.inflight -= 1
             self.handled += 1
+
+    async def _invoke(self, spec: HandlerSpec, ctx: Context, message: Any, env: Envelope,
+                      sink: ReplySink) -> None:
+        """Runs the handler and sends its reply (or its chunks and end of stream)."""
+        fn = getattr(self.agent, spec.method)
+        if spec.streaming:
+            sent = 0
+            async for chunk in fn(ctx, message):
+                sink.push(self._chunk(env, spec, chunk))
+                sent += 1
+            if env.msg_type is MsgType.REQUEST:
+                sink.push(env.reply({"chunks": sent}, STREAM_END_SCHEMA, sender=self.agent.id))
+        elif env.msg_type is MsgType.REQUEST and (spec.once or env.session_id):
+            sink.send(await self._once(fn, ctx, message, env, spec))
+        else:
+            result = await fn(ctx, message)
+            if env.msg_type is MsgType.REQUEST:
+                sink.send(self._reply(env, spec, result))
 
     async def _once(self, fn: Any, ctx: Context, message: Any, env: Envelope,
                     spec: HandlerSpec) -> Envelope:

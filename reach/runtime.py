@@ -17,13 +17,25 @@ from typing import Any
 
 import ray
 
+from policies.acl import Acl
 from policies.sessions import Terms
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
 from reach.directory import AgentInfo, Directory
-from reach.errors import AgentAlreadyExists, AgentNotFound
+from reach.errors import AgentAlreadyExists, AgentNotFound, ConfigError
+from reach.guard import (
+    ENCRYPTED_SESSION_PREFIX,
+    SecurityConfig,
+    acl_to_doc,
+    install,
+    load_acl,
+    resolve_keyring,
+    signed_call,
+)
+from reach.guard import ENV as SECURITY_ENV
 from reach.names import (
     DEFAULT_SESSIONS,
+    DRIVER_PREFIX,
     NAMESPACE,
     REGISTRY_NAME,
     STORE_NAME,
@@ -55,7 +67,7 @@ class Runtime:
                                    on_undelivered=self.directory.dead_letter)
         self.transport.remember(inbox_name, inbox)
         self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
-        self.client = Client(self.link, f"driver:{self.driver_id}")
+        self.client = Client(self.link, f"{DRIVER_PREFIX}{self.driver_id}")
         self._inbox = inbox
         self._poller: asyncio.Task[None] | None = None
         self.spawner = Spawner(registry, self.transport, max_hops, default_timeout_ms)
@@ -145,19 +157,28 @@ class Runtime:
         return SupervisorRef(handle, spec.name)
 
     async def open_session(self, initiator: str, responder: str, terms: Terms | None = None,
-                           *, session_id: str | None = None) -> Session:
+                           *, session_id: str | None = None, encrypt: bool = False) -> Session:
         """Opens a session between two agents (``initiator`` may be this driver's client ID).
 
         The responder is asked for its limits (``Agent.session_limits``) and the terms are
-        negotiated against them.
+        negotiated against them. With ``encrypt``, every payload of the session is encrypted
+        (its ID starts with ``enc-``, which every process reads the same way).
 
         Raises:
+            ConfigError: ``encrypt`` while signing is off.
             SessionRefused: a setting the responder cannot accept (named in the error).
             AgentNotFound: the responder does not exist.
         """
+        sid = session_id or new_id()
+        if encrypt:
+            if self.transport.codec.guard is None:
+                raise ConfigError("an encrypted session needs signing on (reach.init(sign=True))",
+                                  details={"setting": "encrypt"})
+            if not sid.startswith(ENCRYPTED_SESSION_PREFIX):
+                sid = ENCRYPTED_SESSION_PREFIX + sid
         limits = await self.client.request(responder, {}, LIMITS_SCHEMA)
         opened = await self.store.open_session.remote(
-            session_id or new_id(), initiator, responder, asdict(terms or Terms()),
+            sid, initiator, responder, asdict(terms or Terms()),
             dict(limits.payload))
         return Session(opened["session_id"], opened["terms"], self.store)
 
@@ -181,6 +202,26 @@ class Runtime:
         """Every registered agent."""
         return [AgentInfo.from_record(r) for r in await self.registry.agents.remote()]
 
+    async def set_acl(self, acl: Acl | str | Path) -> int:
+        """Replaces the deployment's ACL (an :class:`~policies.acl.Acl` or a JSON file); every
+        host applies it by its next heartbeat. Returns the ACL's version.
+
+        Raises:
+            ConfigError: signing is off (an ACL needs identities), or the ACL is malformed.
+            AuthError: the registry refused this driver's signature.
+        """
+        version: int = await self.acl_call(load_acl(acl))
+        return version
+
+    def acl_call(self, acl: Acl) -> Any:
+        """The registry call that installs ``acl`` (an ObjectRef)."""
+        guard = self.transport.codec.guard
+        if guard is None:
+            raise ConfigError("an ACL needs signing on: without identities it cannot be enforced",
+                              details={"setting": "acl"})
+        data, sig = signed_call(guard, self.client.sender, acl_to_doc(acl))
+        return self.registry.set_acl.remote(self.client.sender, data, sig)
+
     async def configure_heartbeat(self, interval_s: float, misses: int) -> None:
         """Changes the heartbeat interval and miss count cluster-wide."""
         await self.registry.configure.remote(interval_s, misses)
@@ -195,7 +236,10 @@ class Runtime:
 def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
          heartbeat_misses: int = 3, max_hops: int = 16, default_timeout_ms: int = 30_000,
          session_path: str | None = None, session_resource: str | None = None,
-         session_options: dict[str, Any] | None = None, **ray_init_kwargs: Any) -> Runtime:
+         session_options: dict[str, Any] | None = None, sign: bool = True,
+         encrypt: bool = False, keyring: str | Path | None = None,
+         acl: Acl | str | Path | None = None, audit_calls: bool = True,
+         **ray_init_kwargs: Any) -> Runtime:
     """Connects to Ray (starting a local one when none is running) and finds reach's actors.
 
     Args:
@@ -209,16 +253,38 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         session_resource: A custom resource that pins the store to one node on a cluster.
         session_options: Options of the store (``synchronous``, ``group_commit``,
             ``compact_after``, ``keep_last``, ``summariser``).
+        sign: Sign envelopes, registrations and heartbeats, and refuse unsigned ones.
+        encrypt: Encrypt every payload (otherwise only sessions opened with ``encrypt=True``).
+        keyring: The deployment's keyring file; default REACH_KEYRING, else
+            ``.reach/keyring.json`` under the current folder (generated when missing).
+        acl: Who may call which capabilities: an :class:`~policies.acl.Acl` or a JSON file
+            (default: everyone may call everything).
+        audit_calls: Record every call's outcome in the audit log (refusals always are).
         **ray_init_kwargs: Passed to ``ray.init`` when this call starts or joins Ray.
 
+    The security settings reach every process this driver starts through the Ray job's
+    runtime environment; the keyring's file must exist at the same path on every node.
     Idempotent: two drivers calling it at once get the same registry.
+
+    Raises:
+        AuthError: an explicitly given keyring file is missing or unreadable.
+        ConfigError: a setting is invalid, or Ray was started (by ``ray.init``) without them.
     """
     from actors.inbox import Inbox
     from actors.registry import Registry
 
     if not ray.is_initialized():
+        settings = SecurityConfig(
+            sign=sign, encrypt=encrypt, audit_calls=audit_calls,
+            keyring=resolve_keyring(keyring, create=keyring is None) if sign else None)
+        install(settings)
+        runtime_env = dict(ray_init_kwargs.pop("runtime_env", None) or {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}),
+                                   SECURITY_ENV: settings.to_env()}
         ray.init(address=address or os.environ.get("RAY_ADDRESS"), namespace=NAMESPACE,
-                 **ray_init_kwargs)
+                 runtime_env=runtime_env, **ray_init_kwargs)
+    else:
+        _check_security_env()
     registry_cls: Any = Registry
     inbox_cls: Any = Inbox
     registry = registry_cls.options(
@@ -233,8 +299,24 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
                           ).remote()
     store = _session_store(session_path, session_resource, session_options or {})
-    return Runtime(registry, inbox, inbox_name, max_hops=max_hops,
-                   default_timeout_ms=default_timeout_ms, store=store)
+    runtime = Runtime(registry, inbox, inbox_name, max_hops=max_hops,
+                      default_timeout_ms=default_timeout_ms, store=store)
+    if acl is not None:
+        ray.get(runtime.acl_call(load_acl(acl)))
+    return runtime
+
+
+def _check_security_env() -> None:
+    """Ray is already up: its job must carry reach's settings, or actors would run without them."""
+    job_env = ray.get_runtime_context().runtime_env.env_vars()
+    if job_env.get(SECURITY_ENV) is None:
+        raise ConfigError(
+            "Ray was started without reach's security settings, so the agents started from here "
+            "could not sign or verify",
+            suggestion="call reach.init() before ray.init() (it starts or joins Ray itself)",
+            details={"setting": SECURITY_ENV})
+    if os.environ.get(SECURITY_ENV) != job_env[SECURITY_ENV]:
+        os.environ[SECURITY_ENV] = job_env[SECURITY_ENV]
 
 
 def _session_store(path: str | None, resource: str | None, options: dict[str, Any]) -> Any:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgpack
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -130,7 +131,7 @@ class Signature:
 
 
 def _mac(secret: bytes, timestamp: float, nonce: bytes, data: bytes) -> bytes:
-    return hmac.new(secret, struct.pack(">d", timestamp) + nonce + data, hashlib.sha256).digest()
+    return hmac.digest(secret, struct.pack(">d", timestamp) + nonce + data, "sha256")
 
 
 class Signer:
@@ -156,8 +157,44 @@ class Signer:
         return Signature(timestamp, nonce, _mac(secret, timestamp, nonce, data))
 
 
+#: How many counters behind the newest one a signer's nonce may arrive (out-of-order delivery).
+NONCE_WINDOW = 1 << 15
+
+
+class _Window:
+    """Counters seen from one signer process: the highest, and a bitmap of the ones below it."""
+
+    __slots__ = ("bits", "high", "last")
+
+    def __init__(self) -> None:
+        self.high = -1
+        self.bits = 0  # bit i set: counter high - i was seen
+        self.last = 0.0  # newest timestamp seen, for forgetting idle signers
+
+    def admit(self, counter: int) -> bool:
+        """Records a counter; False if it was seen already or is too far behind to tell."""
+        if counter > self.high:
+            shift = counter - self.high
+            self.bits = ((self.bits << shift) | 1) & ((1 << NONCE_WINDOW) - 1)
+            self.high = counter
+            return True
+        behind = self.high - counter
+        if behind >= NONCE_WINDOW:
+            return False
+        bit = 1 << behind
+        if self.bits & bit:
+            return False
+        self.bits |= bit
+        return True
+
+
 class Verifier:
     """Checks signatures: the MAC, the replay window, and that no nonce is seen twice.
+
+    Nonces are a signer's 8-byte process prefix and an 8-byte counter, so the verifier keeps, per
+    signer process, the highest counter and a bitmap of the :data:`NONCE_WINDOW` counters below
+    it (as IPsec does): memory stays bounded by the number of signers, not of messages. A nonce
+    further behind than that cannot be told from a replay and is refused as one.
 
     Args:
         keyring: The deployment's keys.
@@ -173,8 +210,8 @@ class Verifier:
         self.window_s = window_s
         self.known = known
         self.clock = clock
-        # Invariant: every nonce accepted within the last window is in seen, with its time.
-        self._seen: dict[bytes, float] = {}
+        # Invariant: every signer seen within the last window has its counter window here.
+        self._signers: dict[bytes, _Window] = {}
         self._secrets: dict[str, bytes] = {}
         self._next_prune = 0.0
         self._high = float("-inf")
@@ -191,7 +228,7 @@ class Verifier:
                           principal=principal)
         now = self.clock()
         # The high-water mark keeps a clock stepped backwards from reopening the window on
-        # signatures whose nonces were already pruned.
+        # signatures whose signers were already forgotten.
         self._high = max(self._high, now)
         skew = abs(now - signature.timestamp)
         if (not math.isfinite(signature.timestamp) or skew > self.window_s
@@ -206,17 +243,30 @@ class Verifier:
         if not hmac.compare_digest(expected, signature.mac):
             raise _refuse("bad_signature", f"bad signature on a message from {principal!r}",
                           principal=principal)
-        if signature.nonce in self._seen:
+        nonce = signature.nonce
+        window = self._signers.get(nonce[:8])
+        if window is None:
+            window = self._signers[nonce[:8]] = _Window()
+        if len(nonce) != 16 or not window.admit(int.from_bytes(nonce[8:], "big")):
             raise _refuse("replayed_nonce", f"a message from {principal!r} was replayed",
                           principal=principal)
-        self._seen[signature.nonce] = signature.timestamp
+        window.last = max(window.last, signature.timestamp)
         if now >= self._next_prune:
             self._prune(now)
 
     def _prune(self, now: float) -> None:
         oldest = self._high - self.window_s
-        self._seen = {n: t for n, t in self._seen.items() if t >= oldest}
+        # A signer silent for a whole window can be forgotten: its old nonces fail the window.
+        self._signers = {p: w for p, w in self._signers.items() if w.last >= oldest}
         self._next_prune = now + self.window_s / 10
+
+    def seen(self, nonce: bytes) -> bool:
+        """Whether a nonce is remembered as seen (its replay would be refused by the nonce)."""
+        window = self._signers.get(nonce[:8])
+        if window is None or len(nonce) != 16:
+            return False
+        behind = window.high - int.from_bytes(nonce[8:], "big")
+        return 0 <= behind < NONCE_WINDOW and bool(window.bits >> behind & 1)
 
 
 class Cipher:
@@ -224,10 +274,13 @@ class Cipher:
 
     Args:
         keyring: The deployment's keys (``current`` encrypts, any known ID decrypts).
+        reload: Called once when a key ID is unknown, to re-read the keyring (its file may have
+            been rotated by the operator since this process started).
     """
 
-    def __init__(self, keyring: Keyring) -> None:
+    def __init__(self, keyring: Keyring, reload: Callable[[], None] | None = None) -> None:
         self.keyring = keyring
+        self.reload = reload  # re-reads the keyring: a key ID from a rotation made elsewhere
         self._nonces = _Nonces(4)
         self._aeads: dict[str, AESGCM] = {}
         self._used: dict[str, int] = {}  # messages encrypted per key ID by this process
@@ -236,6 +289,9 @@ class Cipher:
         aead = self._aeads.get(kid)
         if aead is None:
             key = self.keyring.data_keys.get(kid)
+            if key is None and self.reload is not None:
+                self.reload()
+                key = self.keyring.data_keys.get(kid)
             if key is None:
                 raise _refuse("unknown_key", f"no data key {kid!r} in the keyring", kid=kid)
             aead = self._aeads[kid] = AESGCM(key)
@@ -271,5 +327,6 @@ class Cipher:
 def header_aad(*, sender: str, receiver: str, msg_type: str, msg_id: str, schema: str,
                timestamp: float, kid: str) -> bytes:
     """The associated data binding a ciphertext to its envelope's header."""
-    return json.dumps([sender, receiver, msg_type, msg_id, schema, timestamp, kid],
-                      ensure_ascii=False).encode("utf-8")
+    aad: bytes = msgpack.packb([sender, receiver, msg_type, msg_id, schema, timestamp, kid],
+                               use_bin_type=True)
+    return aad

@@ -25,6 +25,7 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from reach.codec import Codec
 from reach.errors import AgentUnavailable, ProtocolError, ReachError
+from reach.guard import process_guard
 from reach.protocol import Envelope, MsgType
 
 log = logging.getLogger("reach.transport")
@@ -112,7 +113,7 @@ class Transport:
     ) -> None:
         self.endpoint = endpoint
         self.namespace = namespace
-        self.codec = codec or Codec()
+        self.codec = codec or Codec(guard=process_guard())
         self._on_dead = on_dead_endpoint
         self._on_expect = on_expect
         self._on_undelivered = on_undelivered
