@@ -29,6 +29,7 @@ from reach.errors import (
     TaskCancelled,
 )
 from reach.guard import Guard, acl_from_doc, signed_call
+from reach.metrics import messages, metrics
 from reach.names import is_endpoint
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.runner import AgentRunner, ReplySink
@@ -191,6 +192,7 @@ class AgentHost:
         are sent to ``reply_to``.
         """
         envelopes, refused = self.transport.codec.decode_batch_partial(frame)
+        messages(envelopes, "received")
         sink = ReplySink(self.transport.post, reply_to)
         for bad in refused:
             if isinstance(bad.error, AuthError):
@@ -222,7 +224,10 @@ class AgentHost:
             if not all(t.done() for t in tasks):
                 await asyncio.wait(tasks, timeout=LINGER_S)
         replies = sink.close()
-        return not_here, self._reply_frame(replies) if replies else None
+        if not replies:
+            return not_here, None
+        messages(replies, "sent")
+        return not_here, self._reply_frame(replies)
 
     async def _admit(self, envelopes: list[Envelope], guard: Guard,
                      sink: ReplySink) -> list[Envelope]:
@@ -233,10 +238,14 @@ class AgentHost:
                  and not (e.request_id is not None and e.msg_type is MsgType.EVENT)]
         if not calls:
             return envelopes
-        senders = {e.sender for e in calls if not is_endpoint(e.sender)}
-        caps = dict(zip(senders, await asyncio.gather(
-            *(self.directory.principal(s) for s in senders), return_exceptions=True),
-            strict=True))
+        caps: dict[str, Any] = {}
+        for sender in {e.sender for e in calls if not is_endpoint(e.sender)}:
+            caps[sender] = self.directory.known_principal(sender)
+        missing = [s for s, c in caps.items() if c is None]
+        if missing:  # first calls from these senders: ask the registry who they are
+            caps.update(zip(missing, await asyncio.gather(
+                *(self.directory.principal(s) for s in missing), return_exceptions=True),
+                strict=True))
         refused: set[str] = set()
         for env in calls:
             callee = self.runners[env.receiver].agent
@@ -262,9 +271,13 @@ class AgentHost:
 
     def _audit_refusal(self, caller: str, callee: str, capability: str, error: ReachError,
                        trace_id: str | None) -> None:
+        reason = str(error.details.get("reason", error.code))
+        metrics.count("reach_auth_refusals", 1, reason)
+        log.warning("refused a call from %s to %s: %s (trace %s)", caller, callee or self.name,
+                    error.message, trace_id)
         self.trail.record(caller, callee or self.name, capability=capability,
                           msg_type="refused", trace_id=trace_id,
-                          outcome=f"refused: {error.details.get('reason', error.code)}")
+                          outcome=f"refused: {reason}")
 
     def _audit_call(self, env: Envelope, outcome: str) -> None:
         self.trail.record(env.sender, env.receiver, capability=env.payload_schema or "",

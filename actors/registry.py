@@ -21,6 +21,7 @@ from policies.discovery import Candidate, close_matches, find_holders, match_kin
 from policies.routing import heartbeat_expired, next_epoch
 from reach.errors import AgentAlreadyExists, AuthError
 from reach.guard import acl_from_doc, open_call, process_guard
+from reach.metrics import metrics
 from reach.names import DRIVER_PREFIX, REGISTRY_NAME, SUPERVISOR_PREFIX
 from reach.trail import AuditTrail
 
@@ -57,6 +58,7 @@ class Registry:
         # The deployment's ACL (as acl_to_doc writes it); hosts fetch it when the version moves.
         self.acl_doc: dict[str, Any] | None = None
         self.acl_version = 0
+        self._statuses: set[str] = {ONLINE}
 
     def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
         """The arguments of a call signed by ``host``; a refusal is audited and raised."""
@@ -64,6 +66,7 @@ class Registry:
             return open_call(self.guard, host, data, sig)
         except AuthError as exc:
             self.refused += 1
+            metrics.count("reach_auth_refusals", 1, str(exc.details.get("reason", exc.code)))
             self.trail.record(host, REGISTRY_NAME, capability=f"registry.{what}", msg_type=what,
                               outcome=f"refused: {exc.details.get('reason', exc.code)}")
             raise
@@ -211,6 +214,16 @@ class Registry:
         while True:
             await asyncio.sleep(min(self.interval_s, 1.0))
             self.expire(time.monotonic())
+            self._report()
+
+    def _report(self) -> None:
+        """Publishes the registry's size by status (every status seen so far, zeros included)."""
+        by_status = dict.fromkeys(self._statuses, 0)
+        for rec in self.records.values():
+            by_status[rec["status"]] = by_status.get(rec["status"], 0) + 1
+        self._statuses.update(by_status)
+        for status, count in by_status.items():
+            metrics.gauge("reach_registry_agents", count, status=status)
 
     def expire(self, now: float) -> list[str]:
         """Marks offline the agents of hosts that missed their heartbeats; returns their IDs."""
@@ -245,6 +258,8 @@ class Registry:
     async def dead_letter(self, letters: list[dict[str, Any]]) -> None:
         """Records messages that could not be delivered, with their reasons (bounded)."""
         self.dead_letters_.extend(letters)
+        for letter in letters:
+            metrics.count("reach_dead_letters", 1, str(letter.get("code", "")))
 
     async def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The most recent dead letters, oldest first."""
@@ -292,4 +307,5 @@ class Registry:
         return {"incarnation": self.incarnation, "agents": len(self.records),
                 "tags": len(self.by_tag),
                 "hosts": len(self.last_seen), "rss_bytes": rss_bytes(),
-                "refused": self.refused, "signed": self.guard is not None}
+                "refused": self.refused, "signed": self.guard is not None,
+                "dead_letters": len(self.dead_letters_)}

@@ -361,8 +361,9 @@ class SessionStore:
             seqs = []
             for rec in records:
                 seq += 1
-                digest = chain_hash(prev, rec)
-                batch.audit.append((seq, now, prev, digest, canonical(rec).decode("utf-8")))
+                body = canonical(rec)
+                digest = chain_hash(prev, rec, body)
+                batch.audit.append((seq, now, prev, digest, body.decode("utf-8")))
                 prev = digest
                 seqs.append(seq)
             self._audit_tail = (seq, prev)

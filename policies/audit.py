@@ -18,9 +18,11 @@ def canonical(record: Mapping[str, Any]) -> bytes:
                       separators=(",", ":")).encode("utf-8")
 
 
-def chain_hash(previous: str, record: Mapping[str, Any]) -> str:
-    """The hash of a record that follows one whose hash is ``previous``."""
-    return hashlib.sha256(previous.encode("ascii") + canonical(record)).hexdigest()
+def chain_hash(previous: str, record: Mapping[str, Any], body: bytes | None = None) -> str:
+    """The hash of a record that follows one whose hash is ``previous`` (``body``: the record's
+    :func:`canonical` bytes, when the caller has them already)."""
+    return hashlib.sha256(previous.encode("ascii")
+                          + (canonical(record) if body is None else body)).hexdigest()
 
 
 def first_broken(rows: Sequence[tuple[int, str, str, Mapping[str, Any]]]) -> int | None:

@@ -26,6 +26,7 @@ from reach.errors import (
     ReachError,
     RequestTimeout,
 )
+from reach.metrics import metrics
 from reach.protocol import Envelope, MsgType
 from reach.transport import STREAM_END_SCHEMA, StaleRoute, Transport
 
@@ -128,6 +129,17 @@ class Client:
         return await self._call(env)
 
     async def _call(self, env: Envelope) -> Envelope:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            reply = await self._call_once(env)
+            outcome = "ok"
+            return reply
+        finally:
+            metrics.observe("reach_request_latency_seconds", time.perf_counter() - started,
+                            outcome=outcome)
+
+    async def _call_once(self, env: Envelope) -> Envelope:
         link = self._link
         link.inflight[env.receiver] += 1
         try:

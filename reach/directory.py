@@ -149,6 +149,14 @@ class Directory:
         except RayError as exc:
             raise translate_ray_error(exc, "reach.registry") from exc
 
+    def known_principal(self, agent_id: str) -> tuple[str, ...] | None:
+        """The cached capabilities of a registered agent; None when not cached (ask
+        :meth:`principal`)."""
+        hit = self._principals.get(agent_id)
+        if hit is not None and hit[1] > self._clock():
+            return hit[0]
+        return None
+
     async def principal(self, agent_id: str) -> tuple[str, ...] | None:
         """The capabilities of a registered agent (in any state), or None if none has that ID.
 

@@ -33,11 +33,13 @@ from reach.guard import (
     signed_call,
 )
 from reach.guard import ENV as SECURITY_ENV
+from reach.metrics import metrics
 from reach.names import (
     DEFAULT_SESSIONS,
     DRIVER_PREFIX,
     NAMESPACE,
     REGISTRY_NAME,
+    SESSION_RESOURCE,
     STORE_NAME,
     is_dedicated,
     supervisor_name,
@@ -231,6 +233,7 @@ class Runtime:
         if self._poller is not None:
             self._poller.cancel()
         self.transport.close()
+        metrics.flush()
 
 
 def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
@@ -250,7 +253,9 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         default_timeout_ms: Timeout of requests that give none.
         session_path: The session store's SQLite file (when this call creates the store);
             default REACH_SESSIONS, else ``.reach/sessions.db`` under the current folder.
-        session_resource: A custom resource that pins the store to one node on a cluster.
+        session_resource: A custom resource that pins the store to one node on a cluster;
+            by default ``reach_state`` where the cluster has it (``cluster.yaml`` gives it to
+            the head node).
         session_options: Options of the store (``synchronous``, ``group_commit``,
             ``compact_after``, ``keep_last``, ``summariser``).
         sign: Sign envelopes, registrations and heartbeats, and refuse unsigned ones.
@@ -298,6 +303,9 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
     inbox = inbox_cls.options(name=inbox_name, namespace=NAMESPACE,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
                           ).remote()
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    if session_resource is None and SESSION_RESOURCE in resources:
+        session_resource = SESSION_RESOURCE
     store = _session_store(session_path, session_resource, session_options or {})
     runtime = Runtime(registry, inbox, inbox_name, max_hops=max_hops,
                       default_timeout_ms=default_timeout_ms, store=store)

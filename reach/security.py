@@ -159,6 +159,7 @@ class Signer:
 
 #: How many counters behind the newest one a signer's nonce may arrive (out-of-order delivery).
 NONCE_WINDOW = 1 << 15
+_WINDOW_MASK = (1 << NONCE_WINDOW) - 1
 
 
 class _Window:
@@ -174,8 +175,9 @@ class _Window:
     def admit(self, counter: int) -> bool:
         """Records a counter; False if it was seen already or is too far behind to tell."""
         if counter > self.high:
-            shift = counter - self.high
-            self.bits = ((self.bits << shift) | 1) & ((1 << NONCE_WINDOW) - 1)
+            bits = (self.bits << (counter - self.high)) | 1
+            # Trimmed only once it has grown well past the window: one big mask, not one a call.
+            self.bits = bits & _WINDOW_MASK if bits.bit_length() > 2 * NONCE_WINDOW else bits
             self.high = counter
             return True
         behind = self.high - counter

@@ -25,6 +25,7 @@ from reach.errors import (
     TaskCancelled,
     TaskNotFound,
 )
+from reach.metrics import FLUSH_S, metrics
 from reach.protocol import new_id
 
 #: Ended tasks an owner remembers for ``wait``; beyond that the oldest are forgotten.
@@ -119,6 +120,7 @@ class TaskRunner:
         self.cancel_trace = cancel_trace
         self.tasks: dict[str, TaskRecord] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._publisher: asyncio.Task[None] | None = None
 
     def submit(self, spec: TaskSpec) -> str:
         """Starts a task; returns its ID (also the trace ID of all its messages)."""
@@ -130,7 +132,21 @@ class TaskRunner:
         runner = asyncio.get_running_loop().create_task(self._run(task))
         self._running[task.task_id] = runner
         runner.add_done_callback(lambda _: self._running.pop(task.task_id, None))
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.get_running_loop().create_task(self._publish())
         return task.task_id
+
+    async def _publish(self) -> None:
+        """Publishes the tasks by state (the ``reach_tasks`` gauge) each second while any run,
+        and once more when none does."""
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            counts = self.counts()
+            for state in TaskState:
+                metrics.gauge("reach_tasks", counts.get(state.value, 0), supervisor=self.owner,
+                              state=state.value)
+            if not self._running:
+                return
 
     def _task(self, task_id: str) -> TaskRecord:
         task = self.tasks.get(task_id)

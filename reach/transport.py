@@ -26,6 +26,7 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 from reach.codec import Codec
 from reach.errors import AgentUnavailable, ProtocolError, ReachError
 from reach.guard import process_guard
+from reach.metrics import messages, metrics
 from reach.protocol import Envelope, MsgType
 
 log = logging.getLogger("reach.transport")
@@ -213,6 +214,8 @@ class Transport:
             return
         self.batches_sent += 1
         self.envelopes_sent += len(batch)
+        messages(batch, "sent")
+        metrics.observe("reach_batch_envelopes", len(batch))
         try:
             not_here, replies = await box.handle.deliver.remote(frame, self.endpoint)
         except (RayError, ReachError) as exc:
@@ -241,6 +244,7 @@ class Transport:
         for bad in refused:
             log.warning("dropped an unreadable reply %s from %s: %s", bad.msg_id, bad.sender,
                         bad.error)
+        messages(envelopes, "received")
         for env in envelopes:
             self.accept(env)
 

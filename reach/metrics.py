@@ -1,0 +1,130 @@
+"""reach's metrics, exported through ``ray.util.metrics`` to the Ray dashboard and its Prometheus
+endpoint (where Ray prefixes every name with ``ray_``).
+
+=================================  =========  ==============================================
+name                               kind       tags
+=================================  =========  ==============================================
+``reach_messages``                 counter    ``type`` (request, response, ...), ``direction``
+``reach_request_latency_seconds``  histogram  ``outcome`` (ok, error)
+``reach_batch_envelopes``          histogram  envelopes per Ray call of the transport
+``reach_restarts``                 counter    ``supervisor``
+``reach_tasks``                    gauge      ``supervisor``, ``state``
+``reach_dead_letters``             counter    ``reason`` (the error code)
+``reach_auth_refusals``            counter    ``reason``
+``reach_registry_agents``          gauge      ``status`` (online, offline, restarting)
+=================================  =========  ==============================================
+
+Counting a message must cost next to nothing on the hot path, so counters are summed in the
+process and handed to Ray once a second (:data:`FLUSH_S`); histograms are observed per Ray call or
+per request, not per envelope. Outside Ray (unit tests, the codec alone) every call is a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+log = logging.getLogger("reach.metrics")
+
+#: How often summed counters are handed to Ray (seconds).
+FLUSH_S = 1.0
+
+LATENCY_BOUNDARIES = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                      10.0, 30.0]
+BATCH_BOUNDARIES = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0]
+
+_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "reach_messages": ("Envelopes sent and received by reach processes", ("type", "direction")),
+    "reach_restarts": ("Agents restarted by their supervisors", ("supervisor",)),
+    "reach_dead_letters": ("Messages that could not be delivered", ("reason",)),
+    "reach_auth_refusals": ("Envelopes and calls refused by signature, replay or ACL checks",
+                            ("reason",)),
+}
+
+
+class _Metrics:
+    """One process's metrics: Ray metric objects made on first use, counters summed locally."""
+
+    def __init__(self) -> None:
+        self._ray: dict[str, Any] | None = None
+        self._tally: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._flusher: asyncio.Task[None] | None = None
+
+    def _objects(self) -> dict[str, Any] | None:
+        if self._ray is None:
+            import ray
+
+            if not ray.is_initialized():
+                return None
+            from ray.util.metrics import Counter, Gauge, Histogram
+
+            made: dict[str, Any] = {
+                name: Counter(name, description=desc, tag_keys=keys)
+                for name, (desc, keys) in _COUNTERS.items()}
+            made["reach_request_latency_seconds"] = Histogram(
+                "reach_request_latency_seconds", description="Request latency seen by callers",
+                boundaries=LATENCY_BOUNDARIES, tag_keys=("outcome",))
+            made["reach_batch_envelopes"] = Histogram(
+                "reach_batch_envelopes", description="Envelopes carried by one Ray call",
+                boundaries=BATCH_BOUNDARIES)
+            made["reach_tasks"] = Gauge("reach_tasks", description="Tasks by state",
+                                        tag_keys=("supervisor", "state"))
+            made["reach_registry_agents"] = Gauge(
+                "reach_registry_agents", description="Agents in the registry by status",
+                tag_keys=("status",))
+            self._ray = made
+        return self._ray
+
+    def count(self, name: str, value: float = 1, *tags: str) -> None:
+        """Adds to a counter (tag values in the order of its tag keys)."""
+        key = (name, tags)
+        self._tally[key] = self._tally.get(key, 0) + value
+        if self._flusher is None or self._flusher.done():
+            with contextlib.suppress(RuntimeError):  # no running loop: flushed by the next one
+                self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(FLUSH_S)
+        self.flush()
+
+    def flush(self) -> None:
+        """Hands the summed counters to Ray."""
+        tally, self._tally = self._tally, {}
+        made = self._objects()
+        if made is None:
+            return
+        for (name, tags), value in tally.items():
+            _, keys = _COUNTERS[name]
+            try:
+                made[name].inc(value, tags=dict(zip(keys, tags, strict=True)))
+            except Exception as exc:  # a metric must never break messaging
+                log.debug("metric %s not recorded: %s", name, exc)
+
+    def observe(self, name: str, value: float, **tags: str) -> None:
+        """Records a histogram value."""
+        made = self._objects()
+        if made is not None:
+            try:
+                made[name].observe(value, tags=tags or None)
+            except Exception as exc:
+                log.debug("metric %s not recorded: %s", name, exc)
+
+    def gauge(self, name: str, value: float, **tags: str) -> None:
+        """Sets a gauge."""
+        made = self._objects()
+        if made is not None:
+            try:
+                made[name].set(value, tags=tags or None)
+            except Exception as exc:
+                log.debug("metric %s not recorded: %s", name, exc)
+
+
+metrics = _Metrics()
+
+
+def messages(envelopes: Any, direction: str) -> None:
+    """Counts envelopes by type (``direction``: sent or received)."""
+    for env in envelopes:
+        metrics.count("reach_messages", 1, env.msg_type.value, direction)
