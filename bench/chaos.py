@@ -6,7 +6,8 @@ a killer SIGKILLs a random dedicated agent's process or a packed host every ``--
 Counts every task's end: completed, degraded, failed (with reasons), lost (never ended) and hung
 (still running past its deadline), plus restarts and restart latency by placement.
 Writes bench/results/chaos.json and exits non-zero if any task was lost or hung.
-Run: ``python bench/chaos.py [--tasks N] [--inflight K] [--kill-every MS]``.
+Run: ``python bench/chaos.py [--tasks N] [--inflight K] [--kill-every MS]``, or with
+``--quick`` (150 tasks, 20 in flight; written to bench/results/quick/chaos.json).
 """
 
 from __future__ import annotations
@@ -103,9 +104,12 @@ async def killer(rt: reach.Runtime, stop: asyncio.Event, every_s: float, rng: ra
             continue  # it died already, or is restarting: pick again next time
 
 
-async def run(tasks: int, inflight: int, kill_every_ms: int, seed: int = 7,
-              address: str | None = None) -> dict[str, Any]:
-    """Runs the chaos scenario and returns its figures."""
+async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
+              address: str | None = None, progress_every: int = 0) -> dict[str, Any]:
+    """Runs the chaos scenario and returns its figures.
+
+    With ``progress_every``, prints a line each time that many more tasks have ended.
+    """
     rt = reach.init(address=address, log_to_driver=False)
     name = f"chaos-{os.getpid()}"
     children = [ChildSpec(ChaosWorker, f"chaos-d{i}") for i in range(4)] + [
@@ -123,8 +127,18 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, seed: int = 7,
     chaos = asyncio.ensure_future(killer(rt, stop, kill_every_ms / 1000, random.Random(seed),
                                          kills))
     gate = asyncio.Semaphore(inflight)
+    ended = 0
 
     async def one(n: int) -> None:
+        nonlocal ended
+        try:
+            await attempt(n)
+        finally:
+            ended += 1
+            if progress_every and (ended % progress_every == 0 or ended == tasks):
+                print(f"  {ended}/{tasks} tasks ended, {len(kills)} kills so far", flush=True)
+
+    async def attempt(n: int) -> None:
         nonlocal hung
         async with gate:
             try:
@@ -176,14 +190,21 @@ def main() -> int:
     parser.add_argument("--inflight", type=int, default=50)
     parser.add_argument("--kill-every", type=int, default=200, help="milliseconds")
     parser.add_argument("--address", default=None)
+    parser.add_argument("--quick", action="store_true", help="150 tasks, 20 in flight")
     args = parser.parse_args()
-    figures = asyncio.run(run(args.tasks, args.inflight, args.kill_every, address=args.address))
+    if args.quick:
+        args.tasks, args.inflight = 150, 20
+    results = RESULTS / "quick" if args.quick else RESULTS
+    print(f"{args.tasks} tasks, {args.inflight} in flight, a SIGKILL every {args.kill_every} ms",
+          flush=True)
+    figures = asyncio.run(run(args.tasks, args.inflight, args.kill_every, address=args.address,
+                              progress_every=max(args.tasks // 10, 1)))
     for key, value in figures.items():
         print(f"{key:<16} {value}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "chaos.json").write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n",
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "chaos.json").write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8")
-    print(f"wrote {RESULTS / 'chaos.json'}")
+    print(f"wrote {results / 'chaos.json'}")
     ok = figures["lost"] == 0 and figures["hung"] == 0
     print("PASS: no task lost or hung" if ok else "FAIL: tasks were lost or hung")
     return 0 if ok else 1

@@ -1,11 +1,13 @@
 """Codec cost per envelope: reach (encode + decode + validate) beside plain pickle, same run.
 
-Run as ``python bench/codec.py``. Each case is timed for about 0.3 s per repeat, best of five;
-figures are microseconds per envelope. Results go to ``bench/results/codec.json``.
+Run as ``python bench/codec.py [--quick]``. Each case is timed for about 0.3 s per repeat, best
+of five (``--quick``: 0.05 s, best of two); figures are microseconds per envelope. Results go to
+``bench/results/codec.json`` (``bench/results/quick/codec.json`` with ``--quick``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import pickle
@@ -24,7 +26,7 @@ from reach import Codec, Envelope, SchemaRegistry
 REPEATS = 5
 SECONDS_PER_REPEAT = 0.3
 BATCH_SIZES = (1, 10, 100)
-RESULTS = Path(__file__).resolve().parent / "results" / "codec.json"
+RESULTS = Path(__file__).resolve().parent / "results"
 SCHEMA = "order.line@1.0"
 
 
@@ -42,8 +44,9 @@ def _envelope(i: int) -> Envelope:
                             session_id="s-42", hops=("driver", "router"))
 
 
-def _best_us_per_call(fn: Callable[[], object]) -> float:
-    """Best time of one call to ``fn`` over REPEATS timed loops, in microseconds."""
+def _best_us_per_call(fn: Callable[[], object], repeats: int = REPEATS,
+                      seconds: float = SECONDS_PER_REPEAT) -> float:
+    """Best time of one call to ``fn`` over ``repeats`` timed loops, in microseconds."""
     loops, elapsed = 1, 0.0
     while elapsed < 0.05:
         loops *= 2
@@ -51,9 +54,9 @@ def _best_us_per_call(fn: Callable[[], object]) -> float:
         for _ in range(loops):
             fn()
         elapsed = time.perf_counter() - start
-    loops = max(1, int(loops * SECONDS_PER_REPEAT / elapsed))
+    loops = max(1, int(loops * seconds / elapsed))
     best = math.inf
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(loops):
             fn()
@@ -61,7 +64,8 @@ def _best_us_per_call(fn: Callable[[], object]) -> float:
     return best / loops * 1e6
 
 
-def _case(codec: Codec, schemas: SchemaRegistry, size: int | None) -> dict[str, Any]:
+def _case(codec: Codec, schemas: SchemaRegistry, size: int | None, repeats: int = REPEATS,
+          seconds: float = SECONDS_PER_REPEAT) -> dict[str, Any]:
     """Times one case: a single frame (``size`` None) or a batch frame of ``size`` envelopes."""
     envelopes = [_envelope(i) for i in range(size or 1)]
     as_dicts = [e.model_dump(mode="json") for e in envelopes]
@@ -90,9 +94,9 @@ def _case(codec: Codec, schemas: SchemaRegistry, size: int | None) -> dict[str, 
     assert reach_round() == envelopes
     assert [m.model_dump() for m in reach_with_schema()] == [e.payload for e in envelopes]
     n = len(envelopes)
-    reach_us = _best_us_per_call(reach_round) / n
-    schema_us = _best_us_per_call(reach_with_schema) / n
-    pickle_us = _best_us_per_call(pickle_round) / n
+    reach_us = _best_us_per_call(reach_round, repeats, seconds) / n
+    schema_us = _best_us_per_call(reach_with_schema, repeats, seconds) / n
+    pickle_us = _best_us_per_call(pickle_round, repeats, seconds) / n
     return {
         "envelopes": n,
         "reach_us": round(reach_us, 2),
@@ -106,13 +110,20 @@ def _case(codec: Codec, schemas: SchemaRegistry, size: int | None) -> dict[str, 
 
 def main() -> None:
     """Runs every case, prints a table and writes the JSON results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter timing, rougher figures")
+    args = parser.parse_args()
+    repeats, seconds = (2, 0.05) if args.quick else (REPEATS, SECONDS_PER_REPEAT)
+    out = RESULTS / "quick" / "codec.json" if args.quick else RESULTS / "codec.json"
     codec, schemas = Codec(), SchemaRegistry()
     schemas.register(SCHEMA, OrderLine)
-    cases = {"single": _case(codec, schemas, None)}
-    cases |= {f"batch {size}": _case(codec, schemas, size) for size in BATCH_SIZES}
+    cases: dict[str, dict[str, Any]] = {}
+    for name, size in [("single", None)] + [(f"batch {n}", n) for n in BATCH_SIZES]:
+        cases[name] = _case(codec, schemas, size, repeats, seconds)
+        print(f"  timed {name}", flush=True)
 
     print("µs per envelope (encode + decode + validate; best of "
-          f"{REPEATS} × ~{SECONDS_PER_REPEAT} s); +schema also reads the payload's schema\n")
+          f"{repeats} × ~{seconds} s); +schema also reads the payload's schema\n")
     print(f"{'case':<10} {'reach':>8} {'+schema':>9} {'pickle':>8} {'reach/pickle':>13} "
           f"{'bytes':>7} {'pickle bytes':>13}")
     for name, row in cases.items():
@@ -120,7 +131,7 @@ def main() -> None:
               f"{row['pickle_us']:>8.2f} {row['reach_over_pickle']:>12.1f}x "
               f"{row['frame_bytes_per_envelope']:>7.1f} {row['pickle_bytes_per_envelope']:>13.1f}")
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "unit": "microseconds per envelope",
         "columns": {
@@ -132,11 +143,11 @@ def main() -> None:
         "platform": platform.platform(),
         "msgpack": version("msgpack"),
         "pydantic": version("pydantic"),
-        "repeats": REPEATS,
+        "repeats": repeats,
         "cases": cases,
     }
-    RESULTS.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"\nwrote {RESULTS}")
+    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":

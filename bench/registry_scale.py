@@ -3,7 +3,8 @@
 Spawns the agents into a pool of shared hosts in chunks, then measures discovery latency as a
 client sees it (one Ray call to the registry) and the registry's own compute time per query, and
 the memory of the registry and the hosts. Writes bench/results/registry_scale.json.
-Run: ``python bench/registry_scale.py [--agents N] [--tags T] [--queries Q]``.
+Run: ``python bench/registry_scale.py [--agents N] [--tags T] [--queries Q]``, or with ``--quick``
+(1,000 agents, 20 tags, 100 queries; written to bench/results/quick/registry_scale.json).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             rate = spawned / (time.perf_counter() - started)
             print(f"  {spawned:>6} agents registered ({rate:,.0f}/s)", flush=True)
     spawn_s = time.perf_counter() - started
+    print(f"  timing {args.queries} discoveries three ways", flush=True)
 
     # Exact tags, hierarchy prefixes (10 tags, 1,000 agents each) and separator variants.
     queries = [[t, t.rsplit(".", 1)[0], t.replace(".", "_")][q % 3]
@@ -93,10 +95,17 @@ if __name__ == "__main__":
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--address", default=None)
-    figures = asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--quick", action="store_true", help="1,000 agents, 20 tags, 100 queries")
+    arguments = parser.parse_args()
+    if arguments.quick:
+        arguments.agents, arguments.tags, arguments.queries = 1000, 20, 100
+    out = RESULTS / "quick" if arguments.quick else RESULTS
+    print(f"{arguments.agents} packed agents with {arguments.tags} capability tags on "
+          f"{arguments.hosts} hosts", flush=True)
+    figures = asyncio.run(main(arguments))
     for key, value in figures.items():
         print(f"{key:<26} {value}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "registry_scale.json").write_text(json.dumps(figures, indent=2) + "\n",
-                                                 encoding="utf-8")
-    print(f"wrote {RESULTS / 'registry_scale.json'}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "registry_scale.json").write_text(json.dumps(figures, indent=2) + "\n",
+                                             encoding="utf-8")
+    print(f"wrote {out / 'registry_scale.json'}")

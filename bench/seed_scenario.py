@@ -1,11 +1,16 @@
 """Seed scenario: 20 agents, 100 requests in flight, a small payload with Chinese text.
 
-Three contestants in one process and one Ray session, one after the other:
+Contestants on one Ray cluster, one after the other:
 
 - raw:       20 plain async Ray actors, one actor call per message (what a user would write);
-- dedicated: 20 reach agents, each in its own AgentHost actor;
-- packed:    20 reach agents packed into a pool of 2 shared hosts.
+- dedicated: 20 reach agents, each in its own AgentHost actor (security off);
+- packed:    20 reach agents packed into a pool of 2 shared hosts (security off);
+- packed_signed:    packed, every envelope signed and verified (HMAC-SHA256, replay checks);
+- packed_encrypted: packed_signed, and every payload encrypted (AES-GCM);
+- packed_audited:   packed_signed with every call recorded in the audit log (reach's default).
 
+Security settings belong to a Ray job, so each secured contestant runs as its own driver process
+joining the same cluster (this script with ``--contestant``), with its own pool of hosts.
 Prints msg/s and p50/p95/p99 latency for each and writes bench/results/seed_scenario.json.
 Run: ``python bench/seed_scenario.py [--messages N] [--inflight K] [--address ADDR]``.
 """
@@ -15,7 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,6 +37,12 @@ import reach
 RESULTS = Path(__file__).parent / "results"
 AGENTS = 20
 PAYLOAD = {"sku": "A-1024", "text": "蓝色羊毛围巾，手工编织，适合冬天 🧣", "qty": 2}
+#: Secured contestants: reach.init's security settings for each.
+SECURED: dict[str, dict[str, bool]] = {
+    "packed_signed": {"sign": True, "encrypt": False, "audit_calls": False},
+    "packed_encrypted": {"sign": True, "encrypt": True, "audit_calls": False},
+    "packed_audited": {"sign": True, "encrypt": False, "audit_calls": True},
+}
 
 
 @reach.schema("bench.item@1.0")
@@ -115,12 +129,33 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
 
 
 def show(name: str, r: dict[str, float]) -> None:
-    print(f"{name:<10} {r['msgs_per_s']:>9.0f} msg/s   p50 {r['p50_ms']:>7.1f} ms   "
-          f"p95 {r['p95_ms']:>7.1f} ms   p99 {r['p99_ms']:>7.1f} ms")
+    print(f"{name:<17} {r['msgs_per_s']:>9.0f} msg/s   p50 {r['p50_ms']:>7.1f} ms   "
+          f"p95 {r['p95_ms']:>7.1f} ms   p99 {r['p99_ms']:>7.1f} ms", flush=True)
+
+
+async def contestant(args: argparse.Namespace) -> dict[str, Any]:
+    """One secured contestant, in this (child) driver process."""
+    rt = reach.init(address=args.address, log_to_driver=False, **SECURED[args.contestant])
+    result = await run_reach(rt, reach.Packed(pool=args.contestant, size=2), args.contestant,
+                             args.messages, args.inflight)
+    rt.shutdown()
+    return result
+
+
+def run_secured(name: str, address: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Runs a secured contestant as a driver of its own on the same cluster."""
+    cmd = [sys.executable, __file__, "--contestant", name, "--address", address,
+           "--messages", str(args.messages), "--inflight", str(args.inflight)]
+    env = {k: v for k, v in os.environ.items() if k != "REACH_SECURITY"}
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    last = out.stdout.strip().splitlines()[-1]
+    result: dict[str, Any] = json.loads(last)
+    return result
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    rt = reach.init(address=args.address, log_to_driver=False)
+    rt = reach.init(address=args.address, log_to_driver=False, sign=False)
+    address = args.address or ray.get_runtime_context().gcs_address
     results: dict[str, Any] = {}
     print(f"{AGENTS} agents, {args.inflight} requests in flight, {args.messages} messages each")
     results["raw"] = await run_raw(args.messages, args.inflight)
@@ -131,11 +166,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     results["packed"] = await run_reach(rt, reach.Packed(pool="bench", size=2), "pk",
                                         args.messages, args.inflight)
     show("packed", results["packed"])
+    for name in SECURED:
+        results[name] = run_secured(name, address, args)
+        show(name, results[name])
     raw = results["raw"]["msgs_per_s"]
-    for name in ("dedicated", "packed"):
+    packed = results["packed"]["msgs_per_s"]
+    for name in ("dedicated", "packed", *SECURED):
         results[name]["x_raw"] = round(results[name]["msgs_per_s"] / raw, 2)
+    for name in SECURED:
+        results[name]["overhead_vs_packed"] = round(1 - results[name]["msgs_per_s"] / packed, 3)
     print(f"dedicated {results['dedicated']['x_raw']}x raw, "
           f"packed {results['packed']['x_raw']}x raw")
+    print("cost of security vs packed: " + ", ".join(
+        f"{name} {results[name]['overhead_vs_packed']:.0%}" for name in SECURED))
     rt.shutdown()
     return results
 
@@ -145,8 +188,19 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--inflight", type=int, default=100)
     parser.add_argument("--address", default=None)
-    figures = asyncio.run(main(parser.parse_args()))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "seed_scenario.json").write_text(json.dumps(figures, indent=2) + "\n",
-                                                encoding="utf-8")
-    print(f"wrote {RESULTS / 'seed_scenario.json'}")
+    parser.add_argument("--quick", action="store_true",
+                        help="1,000 messages, 50 in flight; figures to bench/results/quick/")
+    parser.add_argument("--contestant", choices=sorted(SECURED), default=None,
+                        help="run one secured contestant (a child driver) and print its JSON")
+    arguments = parser.parse_args()
+    if arguments.quick:
+        arguments.messages, arguments.inflight = 1000, 50
+    if arguments.contestant:
+        print(json.dumps(asyncio.run(contestant(arguments))))
+        sys.exit(0)
+    figures = asyncio.run(main(arguments))
+    out = RESULTS / "quick" if arguments.quick else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "seed_scenario.json").write_text(json.dumps(figures, indent=2) + "\n",
+                                            encoding="utf-8")
+    print(f"wrote {out / 'seed_scenario.json'}")

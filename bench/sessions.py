@@ -7,7 +7,8 @@ Two levels, in one run:
   one transaction per message;
 - store: the SessionStore actor through Ray, ``--callers`` concurrent appenders, each call
   carrying one message (or ``--per-call``), with group commit on and off.
-Writes bench/results/sessions.json. Run: ``python bench/sessions.py``.
+Writes bench/results/sessions.json. Run: ``python bench/sessions.py``, or with ``--quick``
+(a tenth of the messages; written to bench/results/quick/sessions.json).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     reach.init(address=args.address, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
         folder = Path(tmp)
+        print(f"storage: appending {args.messages} messages in SQLite, in process", flush=True)
         figures: dict[str, Any] = {"storage": await storage_level(folder, args.messages, 100)}
         print("storage (in process, synchronous=FULL):")
         for name, r in figures["storage"].items():
@@ -138,8 +140,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                   coalesce=coalesce)
             figures["store"][key] = r
             print(f"  {key:<44} {r['msgs_per_s']:>9,.0f} msg/s  "
-                  f"({r['msgs_per_commit']} per commit)")
-        figures["context_read"] = await context_read(folder, 10_000, args.reads)
+                  f"({r['msgs_per_commit']} per commit)", flush=True)
+        print(f"context read: filling a {args.session_messages}-message session", flush=True)
+        figures["context_read"] = await context_read(folder, args.session_messages, args.reads)
         c = figures["context_read"]
         print(f"context read on a {c['session_messages']:,}-message session: "
               f"p50 {c['p50_ms']} ms, p95 {c['p95_ms']} ms")
@@ -153,8 +156,16 @@ if __name__ == "__main__":
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--per-call", type=int, default=10)
     parser.add_argument("--reads", type=int, default=500)
+    parser.add_argument("--session-messages", type=int, default=10_000,
+                        help="size of the session whose context is read")
     parser.add_argument("--address", default=None)
-    result = asyncio.run(main(parser.parse_args()))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sessions.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {RESULTS / 'sessions.json'}")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the messages and reads")
+    arguments = parser.parse_args()
+    if arguments.quick:
+        for name in ("messages", "store_messages", "reads", "session_messages"):
+            setattr(arguments, name, getattr(arguments, name) // 10)
+    out = RESULTS / "quick" if arguments.quick else RESULTS
+    result = asyncio.run(main(arguments))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sessions.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'sessions.json'}")

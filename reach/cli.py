@@ -1,13 +1,35 @@
-"""The ``reach`` command."""
+"""The ``reach`` command: ``demo``, ``status``, ``bench``, ``audit`` and ``version``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import queue
+import shutil
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO
 
 from reach.names import DEFAULT_SESSIONS
+
+#: The benchmarks ``reach bench`` runs, in order, with the arguments of a quick run of each.
+BENCHMARKS: dict[str, tuple[str, ...]] = {
+    "codec": ("--quick",),
+    "seed_scenario": ("--quick",),
+    "registry_scale": ("--quick",),
+    "chaos": ("--quick",),
+    "sessions": ("--quick",),
+}
+#: A benchmark silent for this long gets a line saying it is still running.
+QUIET_S = 15.0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -31,6 +53,124 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    import ray
+
+    from reach import status
+    from reach.errors import ReachError
+
+    try:
+        address = status.connect(args.address)
+    except ReachError as exc:
+        print(f"reach status: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(status.gather(status.find_registry(), address=address,
+                                           letters=args.letters))
+    except ReachError as exc:
+        print(f"reach status: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        ray.shutdown()
+    if args.json:
+        print(json.dumps(asdict(report), ensure_ascii=False, indent=2))
+    else:
+        print(status.format_status(report, limit=args.limit))
+    return 0
+
+
+def _one_line(error: Exception) -> str:
+    suggestion = getattr(error, "suggestion", "")
+    return f"{str(error).rstrip('.')}; {suggestion}" if suggestion else str(error)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from reach import benchchart
+
+    folder = Path(args.dir)
+    results = folder / "results" / ("quick" if args.quick else "")
+    names = [n for n in BENCHMARKS if n in (args.only or BENCHMARKS)]
+    failed = []
+    if not args.chart_only:
+        missing = [n for n in names if not (folder / f"{n}.py").is_file()]
+        if missing:
+            print(f"reach bench: no {', '.join(missing)} in {folder}/ (run it from the "
+                  "repository's root, or pass --dir)", file=sys.stderr)
+            return 2
+        for i, name in enumerate(names, 1):
+            extra = list(BENCHMARKS[name]) if args.quick else []
+            print(f"[{i}/{len(names)}] {name}: {folder / name}.py {' '.join(extra)}".rstrip(),
+                  flush=True)
+            with _kept_apart(folder / "results", results, name):
+                code, took = _run(folder / f"{name}.py", extra, name)
+            print(f"[{i}/{len(names)}] {name}: {'done' if code == 0 else f'FAILED ({code})'} "
+                  f"in {took:.1f} s", flush=True)
+            if code != 0:
+                failed.append(name)
+    figures, problems = benchchart.load(results)
+    for problem in problems:
+        print(f"reach bench: unreadable results: {problem}", file=sys.stderr)
+    title = "reach benchmarks" + (" (quick run: small sizes, rough figures)" if args.quick else "")
+    print(f"chart: {benchchart.draw(figures, results / 'chart.png', title=title)}")
+    if failed:
+        print(f"reach bench: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(script: Path, extra: list[str], name: str) -> tuple[int, float]:
+    """Runs one benchmark script, streaming its output with the elapsed time; (status, secs)."""
+    started = time.monotonic()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # A benchmark starts a Ray of its own unless RAY_ADDRESS names a cluster: Ray's default,
+    # joining whatever cluster started last on this machine, would measure (and disturb) that.
+    if not env.get("RAY_ADDRESS"):
+        env["RAY_ADDRESS"] = "local"
+    proc = subprocess.Popen([sys.executable, str(script), *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, encoding="utf-8",
+                            errors="replace", env=env)
+    lines: queue.Queue[str | None] = queue.Queue()
+    assert proc.stdout is not None
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=QUIET_S)
+            except queue.Empty:
+                print(f"  {time.monotonic() - started:7.1f}s  ({name} still running)", flush=True)
+                continue
+            if line is None:
+                return proc.wait(), time.monotonic() - started
+            print(f"  {time.monotonic() - started:7.1f}s  {line.rstrip()}", flush=True)
+    finally:
+        if proc.poll() is None:  # interrupted: the benchmark does not outlive the command
+            proc.terminate()
+            proc.wait()
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+@contextlib.contextmanager
+def _kept_apart(full: Path, quick: Path, name: str) -> Iterator[None]:
+    """A quick run's results go to ``quick``; the full run's figures in ``full`` stay as they were.
+
+    Scripts that know ``--quick`` write there themselves; for any other, the file it wrote in
+    ``full`` is moved to ``quick`` and the full run's file is put back.
+    """
+    path = full / f"{name}.json"
+    saved = path.read_bytes() if quick != full and path.is_file() else None
+    try:
+        yield
+    finally:
+        if quick != full and path.is_file() and path.read_bytes() != saved:
+            quick.mkdir(parents=True, exist_ok=True)
+            shutil.move(path, quick / path.name)
+            if saved is not None:
+                path.write_bytes(saved)
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -54,6 +194,24 @@ def _audit(args: argparse.Namespace) -> int:
         return 2
 
 
+def _keyring(args: argparse.Namespace) -> int:
+    from reach.errors import AuthError
+    from reach.guard import resolve_keyring
+    from reach.security import Keyring
+
+    try:
+        path = resolve_keyring(args.path, create=True)
+        ring = Keyring.load(path)
+        if args.rotate:
+            ring.rotate()
+            ring.save(path)
+    except AuthError as exc:
+        print(f"reach keyring: {exc}", file=sys.stderr)
+        return 2
+    print(f"{path}  (current data key {ring.current}, {len(ring.data_keys)} in all)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``reach`` console command; returns the exit status."""
     parser = argparse.ArgumentParser(prog="reach", description="reach: multi-agent runtime on Ray")
@@ -66,12 +224,34 @@ def main(argv: list[str] | None = None) -> int:
     audit.add_argument("--path", default=DEFAULT_SESSIONS, help="the session store database")
     audit.add_argument("--trace", default=None, help="show one trace's records")
     audit.add_argument("--agent", default=None, help="show one agent's records")
+    status = sub.add_parser("status", help="show agents, supervisors, tasks and dead letters "
+                            "of a running cluster (never starts one)")
+    status.add_argument("--address", default=None,
+                        help="Ray cluster address (default: RAY_ADDRESS, else this machine's)")
+    status.add_argument("--json", action="store_true", help="print the report as JSON")
+    status.add_argument("--limit", type=int, default=50, help="agents listed (0: all)")
+    status.add_argument("--letters", type=int, default=5, help="last dead letters shown")
+    bench = sub.add_parser("bench", help="run the benchmarks and chart their results (each "
+                           "starts a Ray of its own, unless RAY_ADDRESS names a cluster)")
+    bench.add_argument("--quick", action="store_true",
+                       help="small sizes; results go to bench/results/quick/")
+    bench.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
+                       help=f"run only these ({', '.join(BENCHMARKS)})")
+    bench.add_argument("--chart-only", action="store_true",
+                       help="run nothing: draw the chart from the results there are")
+    bench.add_argument("--dir", default="bench", help="the benchmarks' folder")
+    keyring = sub.add_parser("keyring", help="create the deployment's keyring if missing and "
+                             "print its path (copy that file to every node of a cluster)")
+    keyring.add_argument("path", nargs="?", default=None,
+                         help="default: REACH_KEYRING, else .reach/keyring.json")
+    keyring.add_argument("--rotate", action="store_true",
+                         help="add a new data key and make it current (old ones still decrypt)")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        return _demo(args)
-    if args.command == "audit":
-        return _audit(args)
+    commands = {"demo": _demo, "status": _status, "bench": _bench, "audit": _audit,
+                "keyring": _keyring}
+    if args.command in commands:
+        return commands[args.command](args)
     from reach import __version__
 
     print(__version__)

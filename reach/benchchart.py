@@ -1,0 +1,186 @@
+"""The benchmark chart: throughput and latency by contestant, drawn from ``bench/results/*.json``.
+
+Four panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
+contestants (raw Ray first, then each reach placement), the codec's cost per envelope beside
+pickle, and the session store's append rate by commit strategy. A panel whose results file is
+missing says so instead of failing, so a partial run still gives a chart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+#: The results files the chart reads, by benchmark name.
+FILES = ("seed_scenario", "codec", "sessions")
+RAW_COLOUR = "#8c8c8c"
+REACH_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#bcbd22")
+
+
+def load(folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """Reads the results files in ``folder``.
+
+    Returns:
+        The figures by benchmark name (missing files left out), and one line per file that
+        exists but could not be read.
+    """
+    results: dict[str, Any] = {}
+    problems: list[str] = []
+    for name in FILES:
+        path = folder / f"{name}.json"
+        if not path.is_file():
+            continue
+        try:
+            results[name] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append(f"{path}: {exc}")
+    return results, problems
+
+
+def contestants(seed: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The seed scenario's contestants as (label, figures): raw Ray first, then reach's.
+
+    A contestant is any entry with ``msgs_per_s``, ``p50_ms`` and ``p95_ms``; the others keep
+    the order of the file.
+    """
+    found = [(key, value) for key, value in seed.items()
+             if isinstance(value, Mapping) and {"msgs_per_s", "p50_ms", "p95_ms"} <= value.keys()]
+    found.sort(key=lambda kv: kv[0] != "raw")  # stable: raw first, the rest as written
+    return [("raw Ray" if key == "raw" else "reach " + key.replace("_", " "), value)
+            for key, value in found]
+
+
+def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmarks") -> Path:
+    """Draws the chart of ``results`` (as :func:`load` returns them) into the PNG ``out``.
+
+    Returns:
+        ``out``, written (its folder is created if need be).
+    """
+    fig = Figure(figsize=(13, 9), dpi=100, layout="constrained")
+    fig.suptitle(title, fontsize=15)
+    rows = fig.subfigures(2, 1, squeeze=False)  # laid out apart: long labels below widen nothing
+    top, bottom = rows[0, 0], rows[1, 0]
+    through, latency = top.subplots(1, 2)
+    codec, sessions = bottom.subplots(1, 2)
+    seed = contestants(results.get("seed_scenario", {}))
+    _throughput(through, seed)
+    _latency(latency, seed)
+    _codec(codec, results.get("codec", {}))
+    _sessions(sessions, results.get("sessions", {}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+def _colours(labels: list[str]) -> list[str]:
+    reach = iter(REACH_COLOURS * (len(labels) // len(REACH_COLOURS) + 1))
+    return [RAW_COLOUR if label == "raw Ray" else next(reach) for label in labels]
+
+
+def _tick(label: str) -> str:
+    """One word a line (``reach``, ``packed``, ``signed``): long labels never overlap."""
+    return label.replace(" ", "\n")
+
+
+def _words(key: str) -> str:
+    """``group_commit_10_per_call_coalesced`` -> ``group commit, 10/call, coalesced``."""
+    parts = re.fullmatch(r"(.+?)_(\d+)_per_call(?:_(.+))?", key)
+    if parts is None:
+        return key.replace("_", " ")
+    words = [parts[1].replace("_", " "), f"{parts[2]}/call"]
+    return ", ".join(words + ([parts[3].replace("_", " ")] if parts[3] else []))
+
+
+def _missing(ax: Axes, title: str, what: str) -> None:
+    ax.set_title(title)
+    ax.text(0.5, 0.5, f"no figures: run {what}", ha="center", va="center",
+            transform=ax.transAxes, color="#666666")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _throughput(ax: Axes, seed: list[tuple[str, Mapping[str, Any]]]) -> None:
+    title = "Seed scenario: throughput"
+    if not seed:
+        _missing(ax, title, "bench/seed_scenario.py")
+        return
+    labels = [label for label, _ in seed]
+    xs = range(len(labels))
+    bars = ax.bar(xs, [float(f["msgs_per_s"]) for _, f in seed], color=_colours(labels))
+    ax.bar_label(bars, fmt="{:,.0f}", padding=2)
+    ax.set_xticks(list(xs), [_tick(label) for label in labels])
+    messages = seed[0][1].get("messages")
+    ax.set_title(title + (f" ({int(messages):,} messages each)" if messages else ""))
+    ax.set_ylabel("messages per second (higher is better)")
+    ax.margins(y=0.12)
+
+
+def _latency(ax: Axes, seed: list[tuple[str, Mapping[str, Any]]]) -> None:
+    title = "Seed scenario: latency per request"
+    if not seed:
+        _missing(ax, title, "bench/seed_scenario.py")
+        return
+    labels = [label for label, _ in seed]
+    xs = range(len(labels))
+    width = 0.38
+    for offset, key, colour in ((-width / 2, "p50", "#4c72b0"), (width / 2, "p95", "#dd8452")):
+        bars = ax.bar([x + offset for x in xs], [float(f[f"{key}_ms"]) for _, f in seed],
+                      width, label=key, color=colour)
+        ax.bar_label(bars, fmt="{:,.1f}", padding=2, fontsize=8)
+    ax.set_xticks(list(xs), [_tick(label) for label in labels])
+    ax.set_title(title)
+    ax.set_ylabel("milliseconds (lower is better)")
+    ax.legend()
+    ax.margins(y=0.12)
+
+
+def _codec(ax: Axes, codec: Mapping[str, Any]) -> None:
+    title = "Codec: cost per envelope, reach beside pickle"
+    cases = codec.get("cases")
+    if not isinstance(cases, Mapping) or not cases:
+        _missing(ax, title, "bench/codec.py")
+        return
+    names = list(cases)
+    series = (("reach_us", "reach encode + decode + validate", "#1f77b4"),
+              ("reach_schema_us", "reach, + payload schema read", "#aec7e8"),
+              ("pickle_us", "pickle (no validation)", RAW_COLOUR))
+    width = 0.8 / len(series)
+    for i, (key, label, colour) in enumerate(series):
+        xs = [n + (i - 1) * width for n in range(len(names))]
+        bars = ax.bar(xs, [float(cases[c].get(key, 0.0)) for c in names], width, label=label,
+                      color=colour)
+        ax.bar_label(bars, fmt="{:.1f}", padding=2, fontsize=8)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_title(title)
+    ax.set_ylabel("microseconds per envelope (lower is better)")
+    ax.legend(fontsize=8)
+    ax.margins(y=0.12)
+
+
+def _sessions(ax: Axes, sessions: Mapping[str, Any]) -> None:
+    title = "Sessions: appends per second, by commit strategy"
+    rows: list[tuple[str, float]] = []
+    for level, prefix in (("storage", "SQLite"), ("store", "Ray store")):
+        runs = sessions.get(level)
+        if isinstance(runs, Mapping):
+            rows += [(f"{prefix}: {_words(key)}", float(run["msgs_per_s"]))
+                     for key, run in runs.items()
+                     if isinstance(run, Mapping) and "msgs_per_s" in run]
+    if not rows:
+        _missing(ax, title, "bench/sessions.py")
+        return
+    rows.reverse()  # barh draws bottom-up: keep the file's order top-down
+    bars = ax.barh([label for label, _ in rows], [rate for _, rate in rows],
+                   color=["#2ca02c" if "group" in label else "#d62728" for label, _ in rows])
+    ax.bar_label(bars, fmt="{:,.0f}", padding=2, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_title(title)
+    ax.set_xlabel("messages per second, log scale (higher is better)")
+    ax.tick_params(axis="y", labelsize=8)
+    ax.margins(x=0.15)

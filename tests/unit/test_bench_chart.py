@@ -1,0 +1,171 @@
+"""The benchmark chart drawn from results files, and `reach bench` running scripts with progress."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from reach import benchchart
+from reach.cli import main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def figures(msgs: float, p50: float, p95: float) -> dict[str, float]:
+    return {"messages": 1000, "seconds": 1000 / msgs, "msgs_per_s": msgs, "p50_ms": p50,
+            "p95_ms": p95, "p99_ms": p95 * 1.2}
+
+
+SEED = {
+    "dedicated": figures(1800, 53, 102),
+    "raw": figures(1077, 86, 178),
+    "packed": {**figures(10600, 8.7, 14.5), "driver_batch_mean": 38.8, "x_raw": 9.85},
+    "packed_signed": figures(7000, 12, 20),
+    "packed_encrypted": figures(5000, 15, 25),
+}
+CODEC = {"unit": "microseconds per envelope", "cases": {
+    "single": {"reach_us": 12.3, "reach_schema_us": 18.1, "pickle_us": 3.4},
+    "batch 100": {"reach_us": 10.2, "reach_schema_us": 15.5, "pickle_us": 1.5},
+}}
+SESSIONS = {
+    "storage": {"group_commit": {"msgs_per_s": 90000.0},
+                "commit_per_message": {"msgs_per_s": 2100.0}},
+    "store": {"group_commit_1_per_call_coalesced": {"msgs_per_s": 11300.0}},
+    "context_read": {"p95_ms": 2.2},
+}
+
+
+def write(folder: Path, **results: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in results.items():
+        (folder / f"{name}.json").write_text(json.dumps(data), encoding="utf-8")
+    return folder
+
+
+def assert_png(path: Path) -> np.ndarray:
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    image = imread(path)
+    assert image.shape == (900, 1300, 4)
+    assert float(image[..., :3].std()) > 0.05, "the chart is not blank"
+    return image
+
+
+def test_contestants_put_raw_ray_first_and_keep_the_others_in_file_order() -> None:
+    found = benchchart.contestants({**SEED, "note": "not a contestant", "partial": {"p50_ms": 1}})
+    assert [label for label, _ in found] == [
+        "raw Ray", "reach dedicated", "reach packed", "reach packed signed",
+        "reach packed encrypted"]
+    assert found[0][1]["msgs_per_s"] == 1077
+
+
+def test_a_chart_is_drawn_from_a_sample_of_each_results_file(tmp_path: Path) -> None:
+    results, problems = benchchart.load(write(tmp_path / "results", seed_scenario=SEED,
+                                              codec=CODEC, sessions=SESSIONS))
+    assert problems == []
+    assert set(results) == {"seed_scenario", "codec", "sessions"}
+    out = benchchart.draw(results, tmp_path / "charts" / "chart.png", title="sample")
+    assert out == tmp_path / "charts" / "chart.png"
+    assert_png(out)
+
+
+def test_missing_results_leave_their_panels_empty_and_unreadable_ones_are_named(
+    tmp_path: Path,
+) -> None:
+    folder = write(tmp_path, codec=CODEC)
+    (folder / "sessions.json").write_text("{not json", encoding="utf-8")
+    results, problems = benchchart.load(folder)
+    assert list(results) == ["codec"]
+    assert len(problems) == 1
+    assert problems[0].startswith(str(folder / "sessions.json"))
+    full = assert_png(benchchart.draw({"codec": CODEC, "seed_scenario": SEED,
+                                       "sessions": SESSIONS}, tmp_path / "full.png"))
+    partial = assert_png(benchchart.draw(results, tmp_path / "partial.png"))
+    assert not np.array_equal(full, partial)
+
+
+def script(folder: Path, name: str, body: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text(textwrap.dedent(body), encoding="utf-8")
+
+
+#: A benchmark that knows nothing of --quick: it writes its figures where a full run does.
+WRITES_IN_PLACE = """
+    import json, sys
+    from pathlib import Path
+    print("codec: step 1 of 2")
+    print("codec: args", " ".join(sys.argv[1:]))
+    out = Path(__file__).parent / "results" / "codec.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"cases": {"single": {"reach_us": 99.0, "reach_schema_us": 1.0,
+                                                    "pickle_us": 1.0}}}))
+"""
+
+
+def test_a_quick_run_streams_progress_and_keeps_the_full_runs_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = tmp_path / "bench"
+    script(bench, "codec", WRITES_IN_PLACE)
+    full = write(bench / "results", codec=CODEC)
+    assert main(["bench", "--quick", "--only", "codec", "--dir", str(bench)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"[1/1] codec: {bench / 'codec.py'} --quick"
+    streamed = [line for line in out if line.endswith("codec: step 1 of 2")]
+    assert len(streamed) == 1
+    assert streamed[0].split()[0].endswith("s"), "each line shows the elapsed time"
+    assert any(line.endswith("codec: args --quick") for line in out)
+    assert out[-2].startswith("[1/1] codec: done in ")
+    assert out[-1] == f"chart: {bench / 'results' / 'quick' / 'chart.png'}"
+    assert json.loads((full / "codec.json").read_text(encoding="utf-8")) == CODEC
+    quick = json.loads((full / "quick" / "codec.json").read_text(encoding="utf-8"))
+    assert quick["cases"]["single"]["reach_us"] == 99.0
+    assert_png(full / "quick" / "chart.png")
+
+
+def test_a_failing_benchmark_is_reported_and_the_others_still_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = tmp_path / "bench"
+    script(bench, "codec", "import sys\nprint('about to fail')\nsys.exit(3)\n")
+    script(bench, "sessions", "print('sessions ran')\n")
+    assert main(["bench", "--only", "sessions", "codec", "--dir", str(bench)]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("[")] == [
+        "[1/2] codec", "[1/2] codec", "[2/2] sessions", "[2/2] sessions"], "in bench order"
+    assert any("codec: FAILED (3) in " in line for line in lines)
+    assert any(line.endswith("sessions ran") for line in lines)
+    assert "reach bench: failed: codec" in captured.err
+    assert_png(bench / "results" / "chart.png")
+
+
+def test_chart_only_runs_nothing_and_draws_the_results_there_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = tmp_path / "bench"
+    write(bench / "results", seed_scenario=SEED)
+    assert main(["bench", "--chart-only", "--dir", str(bench)]) == 0
+    assert capsys.readouterr().out == f"chart: {bench / 'results' / 'chart.png'}\n"
+    assert_png(bench / "results" / "chart.png")
+
+
+def test_missing_benchmark_scripts_are_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "--only", "chaos", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"reach bench: no chaos in {tmp_path}/ (run it from the repository's root, " \
+                  "or pass --dir)\n"
+
+
+def test_an_unknown_benchmark_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--only", "nonsense"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'nonsense'" in capsys.readouterr().err
