@@ -17,18 +17,15 @@ demo: $(STAMP)
 	$(BIN)/reach demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check reach policies actors tests bench
+	$(BIN)/ruff check reach policies actors tests bench examples cluster
 	$(BIN)/mypy
 
 test: lint
 	$(BIN)/pytest
+	$(BIN)/pytest tests/cluster
 
 bench: $(STAMP)
-	$(BIN)/python bench/codec.py
-	$(BIN)/python bench/seed_scenario.py
-	$(BIN)/python bench/registry_scale.py
-	$(BIN)/python bench/chaos.py
-	$(BIN)/python bench/sessions.py
+	$(BIN)/reach bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -246,7 +246,9 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
     """Connects to Ray (starting a local one when none is running) and finds reach's actors.
 
     Args:
-        address: ``"auto"`` or a cluster address; by default RAY_ADDRESS, else a local Ray.
+        address: ``"auto"`` (the cluster running on this machine) or a cluster address; by
+            default RAY_ADDRESS, else a new local Ray of this driver's own (never one that
+            happens to run on the machine already, as ``ray.init()`` alone would join).
         heartbeat_interval_s: Interval at which hosts heartbeat (when the registry is created).
         heartbeat_misses: Beats missed before a host's agents are marked offline.
         max_hops: Longest call chain accepted.
@@ -286,7 +288,7 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         runtime_env = dict(ray_init_kwargs.pop("runtime_env", None) or {})
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}),
                                    SECURITY_ENV: settings.to_env()}
-        ray.init(address=address or os.environ.get("RAY_ADDRESS"), namespace=NAMESPACE,
+        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", namespace=NAMESPACE,
                  runtime_env=runtime_env, **ray_init_kwargs)
     else:
         _check_security_env()
