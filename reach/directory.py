@@ -9,6 +9,7 @@ restarts, a lookup waits for it rather than failing, up to the caller's deadline
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ HOLD_POLL_S = 0.02
 REGISTRY_WAIT_S = 10.0
 #: How long a notification waits for a restarting agent before it becomes a dead letter.
 NOTIFY_HOLD_S = 5.0
+
+log = logging.getLogger("reach.directory")
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,9 @@ class Directory:
         letters = [{"msg_id": e.msg_id, "msg_type": e.msg_type.value, "sender": e.sender,
                     "receiver": e.receiver, "trace_id": e.trace_id, "code": error.code,
                     "reason": error.message, "at": time.time()} for e in envelopes]
+        for e in envelopes:
+            log.warning("dead letter: %s %s from %s to %s: %s (trace %s)", e.msg_type.value,
+                        e.msg_id, e.sender, e.receiver, error.message, e.trace_id)
         if letters:
             self.registry.dead_letter.remote(letters)
 
