@@ -409,3 +409,12 @@ def test_the_message_budget_starts_again_with_a_rotated_key(
         cipher.encrypt(b"3", b"aad")
     ring.rotate()
     assert cipher.encrypt(b"3", b"aad")[0] == ring.current
+
+
+@given(st.binary(max_size=300), st.binary(min_size=16, max_size=16),
+       st.floats(allow_nan=False, allow_infinity=False))
+def test_the_fast_mac_is_the_standard_hmac(data: bytes, nonce: bytes, timestamp: float) -> None:
+    from reach.security import _Keyed, _mac
+
+    secret = RING.secret("agent-1")
+    assert _Keyed(secret).mac(timestamp, nonce, data) == _mac(secret, timestamp, nonce, data)
