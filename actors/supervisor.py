@@ -3,9 +3,11 @@
 Each agent child is watched through its host (``watch_agent``), so an exit is known the moment
 it happens: a normal exit, an abnormal one, or the host's process dying (SIGKILL, ``os._exit``,
 a packed host with all its agents). Children that fail together (one host) are one failure event:
-one restart counted against the intensity. Past the intensity, the supervisor stops its children
-in reverse order and gives up; its parent sees that as this child failing, and the root's driver
-sees a RestartLimitExceeded. Supervisors also own tasks (see :mod:`reach.tasks`).
+one restart counted against the intensity. A child supervisor runs on its parent's node, so
+that a whole tree shares the fate of its root's node while its agents go where their placements
+say. Past the intensity, the supervisor stops its children in reverse order and gives up; its
+parent sees that as this child failing, and the root's driver sees a RestartLimitExceeded.
+Supervisors also own tasks (see :mod:`reach.tasks`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from policies.supervision import backoff_delay, record_restart, should_restart, to_restart
 from reach.client import Link
 from reach.directory import Directory
 from reach.errors import RestartLimitExceeded
 from reach.guard import signed_call
+from reach.metrics import metrics
 from reach.names import NAMESPACE, POOL_PREFIX, is_dedicated, supervisor_name
 from reach.sessions import store
 from reach.spawner import Spawner
@@ -47,6 +51,7 @@ class Supervisor:
         self.name = supervisor_name(spec.name)
         self.registry = registry
         self.parent = parent
+        self.node = ray.get_runtime_context().get_node_id()
         self.directory = Directory(registry)
         self.transport = Transport(self.name, NAMESPACE,
                                    on_dead_endpoint=self.directory.drop_endpoint,
@@ -106,9 +111,13 @@ class Supervisor:
         gen = self.gen[child_id] = self.gen.get(child_id, 0) + 1
         if isinstance(spec, SupervisorSpec):
             sup_cls: Any = Supervisor
-            handle = sup_cls.options(name=supervisor_name(spec.name), namespace=NAMESPACE,
-                                     max_concurrency=10_000).remote(
-                spec, self.registry, self.name, *self.limits)
+            # Hard affinity: this node is alive while this supervisor runs on it, and Ray
+            # places an actor that asks for no resources anywhere if its affinity is soft.
+            here = NodeAffinitySchedulingStrategy(self.node, soft=False)
+            handle = sup_cls.options(
+                name=supervisor_name(spec.name), namespace=NAMESPACE, max_concurrency=10_000,
+                num_cpus=0, scheduling_strategy=here,
+            ).remote(spec, self.registry, self.name, *self.limits)
             try:
                 await handle.start.remote()
             except RayError:
@@ -248,6 +257,7 @@ class Supervisor:
                 "supervisor" if child_id in self.subs else "dedicated")
             self._audit({"caller": self.name, "callee": child_id, "capability": "",
                          "msg_type": "supervision", "outcome": "restarted", "trace_id": ""})
+            metrics.count("reach_restarts", 1, self.name)
             self.restarts.append({"child": child_id, "at": time.time(), "placement": placement,
                                   "latency_s": time.monotonic() - detected,
                                   "reason": next((r for c, _, r, _ in batch if c == child_id),
@@ -319,7 +329,7 @@ class Supervisor:
         await self.wait_gave_up()
 
     async def status(self) -> dict[str, Any]:
-        """State, children, restarts and tasks of this supervisor and its subtree."""
+        """State, node, children, restarts and tasks of this supervisor and its subtree."""
         subs = {}
         for child_id, handle in list(self.subs.items()):
             try:
@@ -327,7 +337,8 @@ class Supervisor:
             except Exception as exc:
                 subs[child_id] = {"name": child_id, "state": f"unreachable: {exc}"}
         return {
-            "name": self.spec.name, "state": self.state, "strategy": self.spec.strategy.value,
+            "name": self.spec.name, "node": self.node, "state": self.state,
+            "strategy": self.spec.strategy.value,
             "children": [{"id": c, "kind": "supervisor" if c in self.subs else "agent",
                           "host": self.hosts.get(c), "restart": self.specs[c].restart.value}
                          for c in self.started],

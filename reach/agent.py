@@ -210,8 +210,11 @@ class Dedicated:
         num_cpus: CPUs reserved for the agent's actor (Ray's default when None).
         num_gpus: GPUs reserved.
         memory: Bytes of memory reserved.
-        resources: Custom resources, e.g. ``{"node_b": 0.01}`` to pin to a node.
-        node_id: Hex ID of the node to run on (soft affinity: elsewhere if it is gone).
+        resources: Custom resources, e.g. ``{"gpu_box": 1}``. These are requirements: an agent
+            that needs a resource no live node has cannot be placed, and its spawn (or its
+            supervisor's restart of it) fails with ``AgentUnavailable`` instead of waiting.
+        node_id: Hex ID of the node to run on (soft affinity: elsewhere if it is gone). Use it,
+            not a node's custom resource, to choose a node an agent may leave when it dies.
     """
 
     num_cpus: float | None = None
@@ -228,10 +231,13 @@ class Packed:
     Attributes:
         pool: Name of the pool; pools are created on first use and shared by drivers.
         size: Number of hosts in the pool (used when the pool is created).
+        node_id: Hex ID of the node the pool's hosts run on (used when the pool is created;
+            soft affinity: a host whose node dies is restarted on another node).
     """
 
     pool: str = "default"
     size: int = 2
+    node_id: str | None = None
 
 
 Placement = Dedicated | Packed

@@ -45,7 +45,14 @@ _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 class _Metrics:
-    """One process's metrics: Ray metric objects made on first use, counters summed locally."""
+    """One process's metrics: Ray metric objects made on first use, counters summed locally.
+
+    Pickled (inside an object Ray ships elsewhere) it travels as a reference to the receiving
+    process's own instance, never with this process's counters or tasks.
+    """
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_process_metrics, ())
 
     def __init__(self) -> None:
         self._ray: dict[str, Any] | None = None
@@ -122,6 +129,11 @@ class _Metrics:
 
 
 metrics = _Metrics()
+
+
+def _process_metrics() -> _Metrics:
+    """This process's metrics (what an unpickled reference resolves to)."""
+    return metrics
 
 
 def messages(envelopes: Any, direction: str) -> None:

@@ -8,6 +8,7 @@ module's callers in a cycle.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 from collections.abc import Sequence
@@ -16,13 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from policies.acl import Acl
 from policies.sessions import Terms
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
 from reach.directory import AgentInfo, Directory
-from reach.errors import AgentAlreadyExists, AgentNotFound, ConfigError
+from reach.errors import (
+    AgentAlreadyExists,
+    AgentNotFound,
+    AgentUnavailable,
+    ConfigError,
+    ReachError,
+)
 from reach.guard import (
     ENCRYPTED_SESSION_PREFIX,
     SecurityConfig,
@@ -49,6 +58,8 @@ from reach.sessions import LIMITS_SCHEMA, Session
 from reach.spawner import Spawner, unwrap
 from reach.supervision import SupervisorRef, SupervisorSpec
 from reach.transport import Transport
+
+log = logging.getLogger("reach.runtime")
 
 
 class Runtime:
@@ -79,9 +90,32 @@ class Runtime:
             self._poller = asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
+        """Takes the replies that reached this driver's inbox, for as long as the driver runs.
+
+        A frame that cannot be read is logged and skipped; an inbox that died (its node went)
+        fails every waiting request with AgentUnavailable instead of leaving it to time out.
+        """
         while True:
-            for frame in await self._inbox.take.remote():
-                self.transport.accept_frame(frame)
+            try:
+                frames = await self._inbox.take.remote()
+            except RayActorError as exc:
+                log.exception("this driver's inbox is gone")
+                gone = AgentUnavailable(
+                    f"this driver's reply inbox died: {type(exc).__name__}",
+                    suggestion="start a new runtime (reach.init) to receive replies again")
+                for pending in list(self.transport.pending.values()):
+                    pending.settle(gone)
+                self.transport.pending.clear()
+                return
+            except RayError as exc:  # a transient failure of the call: try again shortly
+                log.warning("taking replies from the inbox failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            for frame in frames:
+                try:
+                    self.transport.accept_frame(frame)
+                except ReachError as exc:
+                    log.warning("skipped an unreadable reply frame: %s", exc)
 
     # -- spawning ------------------------------------------------------------------------------
 
@@ -144,8 +178,13 @@ class Runtime:
         name = supervisor_name(spec.name)
         sup_cls: Any = Supervisor
         try:
+            # On this driver's node (alive while the driver runs): Ray ignores soft affinity for
+            # an actor that asks for no CPU, and a root placed at random dies with any node.
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                  soft=False)
             handle = sup_cls.options(name=name, namespace=NAMESPACE, max_concurrency=10_000,
-                                     lifetime="detached").remote(
+                                     lifetime="detached", num_cpus=0,
+                                     scheduling_strategy=here).remote(
                 spec, self.registry, None, self.link.max_hops, self.link.default_timeout_ms)
         except ValueError as exc:
             raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
@@ -156,7 +195,7 @@ class Runtime:
             ray.kill(handle)
             raise unwrap(exc) from None
         self.transport.remember(name, handle)
-        return SupervisorRef(handle, spec.name)
+        return SupervisorRef(handle, spec.name, root=True)
 
     async def open_session(self, initiator: str, responder: str, terms: Terms | None = None,
                            *, session_id: str | None = None, encrypt: bool = False) -> Session:
@@ -292,22 +331,25 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
                  runtime_env=runtime_env, **ray_init_kwargs)
     else:
         _check_security_env()
-    registry_cls: Any = Registry
-    inbox_cls: Any = Inbox
-    registry = registry_cls.options(
-        name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        num_cpus=0,
-    ).remote(heartbeat_interval_s, heartbeat_misses)
-    inbox_name = f"reach.inbox.{secrets.token_hex(6)}"
-    node = ray.get_runtime_context().get_node_id()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    inbox = inbox_cls.options(name=inbox_name, namespace=NAMESPACE,
-                          scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
-                          ).remote()
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     if session_resource is None and SESSION_RESOURCE in resources:
         session_resource = SESSION_RESOURCE
+    registry_cls: Any = Registry
+    inbox_cls: Any = Inbox
+    # The registry lives where the session store does (the head, on a `ray up` cluster), not on
+    # a node picked at random that may be the first to die.
+    pinned = {"resources": {session_resource: 0.001}} if session_resource else {}
+    registry = registry_cls.options(
+        name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, **pinned,
+    ).remote(heartbeat_interval_s, heartbeat_misses)
+    inbox_name = f"reach.inbox.{secrets.token_hex(6)}"
+    node = ray.get_runtime_context().get_node_id()
+    # Hard affinity: the driver's node is alive while the driver is (soft is ignored for an
+    # actor that asks for no CPU, and an inbox elsewhere could die without its driver).
+    inbox = inbox_cls.options(name=inbox_name, namespace=NAMESPACE,
+                              scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                              ).remote()
     store = _session_store(session_path, session_resource, session_options or {})
     runtime = Runtime(registry, inbox, inbox_name, max_hops=max_hops,
                       default_timeout_ms=default_timeout_ms, store=store)

@@ -109,9 +109,10 @@ class TaskHandle:
 class SupervisorRef:
     """The driver's handle on a running supervisor (the root of a tree, usually)."""
 
-    def __init__(self, handle: Any, name: str) -> None:
+    def __init__(self, handle: Any, name: str, *, root: bool = False) -> None:
         self.handle = handle
         self.name = name
+        self.root = root  # started by this driver as a tree's root: stop() also ends its actor
 
     async def submit(self, target: str, payload: BaseModel | Mapping[str, Any],
                      schema: str | None = None, *, by_capability: bool = False,
@@ -145,8 +146,16 @@ class SupervisorRef:
             raise error_from_info(ErrorInfo.model_validate(info))
 
     async def stop(self) -> list[str]:
-        """Stops the subtree (children in reverse start order); returns the order of stopping."""
+        """Stops the subtree (children in reverse start order); returns the order of stopping.
+
+        The root of a tree (as :meth:`Runtime.supervise` returns it) then ends too, freeing its
+        name; a supervisor found by name stays, stopped, for its parent to decide on.
+        """
         order: list[str] = await self.handle.stop.remote()
+        if self.root:
+            import ray
+
+            ray.kill(self.handle)
         return order
 
 

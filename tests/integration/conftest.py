@@ -65,3 +65,19 @@ async def wait_until(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.
             return last
         await asyncio.sleep(poll_s)
     pytest.fail(f"condition not met within {timeout_s} s (last value {last!r})")
+
+
+async def kill_and_wait(host: Any) -> None:
+    """Kills a host actor and returns once calls to it fail (Ray has seen it die)."""
+    import ray
+
+    ray.kill(host)
+
+    async def dead() -> bool:
+        try:
+            await host.count.remote()
+        except ray.exceptions.RayActorError:
+            return True
+        return False
+
+    await wait_until(dead)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import HEARTBEAT_S, MISSES, wait_until
+from conftest import HEARTBEAT_S, MISSES, kill_and_wait, wait_until
 from support_agents import (
     Crashing,
     Echo,
@@ -159,17 +159,7 @@ async def test_the_registry_rebuilds_its_table_after_a_restart(rt: Any) -> None:
 async def test_a_notification_to_a_dead_host_becomes_a_dead_letter(rt: Any) -> None:
     info = await rt.spawn(Recorder, "f-dead-letter")
     await rt.client.notify("f-dead-letter", Text(text="first"))
-    host = ray.get_actor(info.host, namespace="reach")
-    ray.kill(host)
-
-    async def dead() -> bool:
-        try:
-            await host.count.remote()
-        except ray.exceptions.RayActorError:
-            return True
-        return False
-
-    await wait_until(dead)
+    await kill_and_wait(ray.get_actor(info.host, namespace="reach"))
     # Refused at once (the host is known gone) or failed after leaving: a dead letter either way.
     with contextlib.suppress(reach.AgentUnavailable):
         await rt.client.notify("f-dead-letter", Text(text="into the void"))

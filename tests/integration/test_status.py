@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import wait_until
+from conftest import kill_and_wait, wait_until
 from support_agents import Echo, Life, Recorder, Slow, Text, Worker
 
 import reach
@@ -53,17 +53,7 @@ async def dead_letter(rt: Any, agent_id: str) -> str:
     Returns the dead host's name.
     """
     info = await rt.spawn(Recorder, agent_id)
-    host = ray.get_actor(info.host, namespace="reach")
-    ray.kill(host)
-
-    async def dead() -> bool:
-        try:
-            await host.count.remote()
-        except ray.exceptions.RayActorError:
-            return True
-        return False
-
-    await wait_until(dead)
+    await kill_and_wait(ray.get_actor(info.host, namespace="reach"))
     with contextlib.suppress(reach.AgentUnavailable):
         await rt.client.notify(agent_id, Text(text="into the void"))
     return str(info.host)

@@ -1,0 +1,118 @@
+"""Runs traffic on a local Ray that exports metrics, then prints what its Prometheus endpoint shows
+of reach's metrics (one JSON object on the last line). Used by test_metrics.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import ray
+from pydantic import BaseModel
+
+import reach
+from reach.metrics import metrics
+
+
+@reach.schema("metrics.ping@1.0")
+class Ping(BaseModel):
+    n: int
+
+
+class Pong(reach.Agent):
+    capabilities = ("metrics.pong",)
+
+    @reach.handler(Ping, returns=Ping)
+    async def pong(self, ctx: reach.Context, p: Ping) -> Ping:
+        if p.n < 0:
+            raise reach.AgentNotFound("a refusal, on purpose", details={"n": p.n})
+        return Ping(n=p.n + 1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        body: str = resp.read().decode("utf-8")
+        return body
+
+
+def reach_lines(text: str) -> dict[str, float]:
+    """Sums each reach metric's samples by name and labels, as Prometheus shows them."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(ray_reach_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$", line)
+        if m:
+            labels = ",".join(sorted(
+                p for p in (m.group(2) or "{}")[1:-1].split(",")
+                if p and not p.startswith(("Component=", "NodeAddress=", "SessionName=",
+                                           "Version=", "WorkerId=", "JobId=", "otel_"))))
+            key = f"{m.group(1)}{{{labels}}}"
+            found[key] = found.get(key, 0.0) + float(m.group(3))
+    return found
+
+
+async def traffic(rt: Any) -> None:
+    await rt.spawn_many(Pong, [f"pong-{i}" for i in range(4)], placement=reach.Packed(size=1))
+    for i in range(200):
+        await rt.request(f"pong-{i % 4}", Ping(n=i))
+    await asyncio.gather(*(rt.request(f"pong-{i % 4}", Ping(n=i)) for i in range(300)))
+    for _ in range(3):
+        with contextlib.suppress(reach.AgentNotFound):
+            await rt.request("pong-0", Ping(n=-1))
+    # A supervised agent whose process is killed once: a restart; then tasks through it.
+    sup = await rt.supervise(reach.SupervisorSpec("metrics-sup", children=[
+        reach.ChildSpec(Pong, "sup-pong")]))
+    first = await rt.registry.lookup.remote("sup-pong")
+    ray.kill(ray.get_actor(first["host"], namespace="reach"))
+    while (await rt.registry.lookup.remote("sup-pong") or {}).get("epoch", 0) <= first["epoch"]:
+        await asyncio.sleep(0.1)
+    for i in range(5):
+        await (await sup.submit("sup-pong", Ping(n=i))).result()
+    # An agent whose host dies without a supervisor: what is sent to it becomes a dead letter.
+    await rt.spawn(Pong, "doomed")
+    doomed = await rt.registry.lookup.remote("doomed")
+    ray.kill(ray.get_actor(doomed["host"], namespace="reach"))
+    for _ in range(3):
+        with contextlib.suppress(reach.ReachError):
+            await rt.client.notify("doomed", Ping(n=1))
+        await asyncio.sleep(0.2)
+
+
+def main() -> int:
+    port = free_port()
+    # "local": a Ray of its own, even if another one runs on this machine.
+    rt = reach.init("local", _metrics_export_port=port, include_dashboard=False,
+                    log_to_driver=False)
+    asyncio.run(traffic(rt))
+    metrics.flush()  # this driver's counters (hosts flush their own each second)
+    wanted = ("ray_reach_messages", "ray_reach_request_latency_seconds",
+              "ray_reach_batch_envelopes", "ray_reach_registry_agents", "ray_reach_dead_letters",
+              "ray_reach_restarts", "ray_reach_tasks")
+    deadline = time.monotonic() + 90
+    found: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        try:
+            found = reach_lines(scrape(port))
+        except OSError:
+            found = {}
+        if all(any(k.startswith(w) for k in found) for w in wanted):
+            break
+        time.sleep(2)
+    print(json.dumps(found, sort_keys=True))
+    rt.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
