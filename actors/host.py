@@ -329,6 +329,10 @@ class AgentHost:
                 "batches_sent": self.transport.batches_sent,
                 "envelopes_sent": self.transport.envelopes_sent}
 
+    async def flush_audit(self) -> int:
+        """Writes the buffered audit records now; returns how many."""
+        return await self.trail.flush()
+
     async def count(self) -> int:
         """Number of agents on this host."""
         return len(self.runners)

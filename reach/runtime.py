@@ -8,6 +8,7 @@ module's callers in a cycle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -83,6 +84,7 @@ class Runtime:
         self.client = Client(self.link, f"{DRIVER_PREFIX}{self.driver_id}")
         self._inbox = inbox
         self._poller: asyncio.Task[None] | None = None
+        self.owns_ray = False  # this driver started the Ray it runs on
         self.spawner = Spawner(registry, self.transport, max_hops, default_timeout_ms)
 
     def _ensure_polling(self) -> None:
@@ -268,11 +270,28 @@ class Runtime:
         await self.registry.configure.remote(interval_s, misses)
 
     def shutdown(self) -> None:
-        """Stops this driver's polling and watches (agents keep running in the cluster)."""
+        """Stops this driver's polling and watches (agents keep running in the cluster).
+
+        When this driver started its Ray (the embedded default), which goes when the driver
+        does, the hosts first write their buffered audit records (waiting 5 s at most).
+        """
         if self._poller is not None:
             self._poller.cancel()
         self.transport.close()
         metrics.flush()
+        if self.owns_ray:
+            self._flush_audit(timeout_s=5.0)
+
+    def _flush_audit(self, timeout_s: float) -> None:
+        try:
+            hosts = ray.get(self.registry.hosts.remote(), timeout=timeout_s)
+            calls: list[Any] = []
+            for name in hosts:
+                with contextlib.suppress(ValueError):  # a host gone already
+                    calls.append(ray.get_actor(name, namespace=NAMESPACE).flush_audit.remote())
+            ray.wait(calls, num_returns=len(calls), timeout=timeout_s)
+        except Exception as exc:  # shutting down: report, never raise
+            log.warning("audit records of the hosts may not all be written: %s", exc)
 
 
 def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
@@ -319,7 +338,9 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
     from actors.inbox import Inbox
     from actors.registry import Registry
 
+    starts = False
     if not ray.is_initialized():
+        starts = not (address or os.environ.get("RAY_ADDRESS")) or address == "local"
         settings = SecurityConfig(
             sign=sign, encrypt=encrypt, audit_calls=audit_calls,
             keyring=resolve_keyring(keyring, create=keyring is None) if sign else None)
@@ -353,6 +374,7 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
     store = _session_store(session_path, session_resource, session_options or {})
     runtime = Runtime(registry, inbox, inbox_name, max_hops=max_hops,
                       default_timeout_ms=default_timeout_ms, store=store)
+    runtime.owns_ray = starts
     if acl is not None:
         ray.get(runtime.acl_call(load_acl(acl)))
     return runtime
