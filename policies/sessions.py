@@ -92,9 +92,9 @@ def default_summary(previous: str, messages: Sequence[dict[str, Any]]) -> str:
 
     Each line is ``#seq sender: text`` (the payload's ``text`` if it has one, else its keys);
     line breaks inside a message become spaces, so no message can take (or forge) two lines.
-    Past SUMMARY_MAX_CHARS the oldest whole lines are dropped.
+    Past SUMMARY_MAX_CHARS the oldest whole lines are dropped; blank lines of ``previous`` are.
     """
-    lines = previous.splitlines() if previous else []
+    lines = [line for line in previous.splitlines() if line]  # a blank line carries nothing
     for m in messages:
         payload = m.get("payload") or {}
         text = payload.get("text") if isinstance(payload, dict) else None

@@ -216,7 +216,7 @@ message_lists = st.lists(
 
 def expected_lines(previous: str, messages: list[dict[str, Any]]) -> list[str]:
     """Every line of the untruncated summary, written out independently of the module."""
-    lines = previous.splitlines()
+    lines = [line for line in previous.splitlines() if line]
     for m in messages:
         payload = m["payload"] or {}
         gist = str(payload["text"]) if "text" in payload else ", ".join(sorted(payload))
