@@ -240,8 +240,17 @@ class Registry:
             del self.last_seen[host]
         return gone
 
-    async def mark(self, agent_ids: list[str], status: str) -> None:
-        """Sets the status of agents (a supervisor marks them ``restarting``)."""
+    async def mark(self, principal: str, data: bytes, sig: Any) -> None:
+        """Sets the status of agents (``data``: ``[agent_ids, status]``, signed by the supervisor
+        or driver that marks them, e.g. ``restarting``).
+
+        Raises:
+            AuthError: the signature does not verify, or the signer is not a supervisor or driver.
+        """
+        agent_ids, status = self._open(principal, data, sig, "mark")
+        if not principal.startswith((SUPERVISOR_PREFIX, DRIVER_PREFIX)):
+            raise AuthError(f"{principal!r} may not change the status of agents",
+                            details={"reason": "not_a_supervisor", "principal": principal})
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
             if rec is not None:

@@ -168,7 +168,7 @@ class Supervisor:
             return
         host_name = self.hosts.pop(child_id, None)
         if host_name is None:  # its restart failed: no host holds it, but clients may wait on it
-            await _within(self.registry.mark.remote([child_id], "offline"), timeout)
+            await _within(self._mark([child_id], "offline"), timeout)
             return
         try:
             host = self.transport.handle(host_name)
@@ -233,7 +233,7 @@ class Supervisor:
             await self._give_up(batch)
             return
         ordered = [c for c in self.started if c in restart]
-        await self.registry.mark.remote([c for c in ordered if c in self.hosts], "restarting")
+        await self._mark([c for c in ordered if c in self.hosts], "restarting")
         failed = {c for c, *_ in batch}
         await self._stop_children([c for c in reversed(ordered) if c not in failed])
         for child_id in ordered:
@@ -279,6 +279,11 @@ class Supervisor:
         future = self._gave_up_future()
         if not future.done():
             future.set_result(error.to_info().model_dump(mode="json"))
+
+    def _mark(self, agent_ids: list[str], status: str) -> Any:
+        """The registry call that sets the status of children (signed by this supervisor)."""
+        data, sig = signed_call(self.transport.codec.guard, self.name, [agent_ids, status])
+        return self.registry.mark.remote(self.name, data, sig)
 
     def _audit(self, record: dict[str, Any]) -> None:
         """Records a supervision decision in the audit log (best effort: never blocks)."""

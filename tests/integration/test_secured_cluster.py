@@ -151,3 +151,18 @@ async def test_an_agent_may_not_take_a_name_reserved_for_reach_processes(rt: Any
             await rt.spawn_many(Echo, [agent_id], placement=reach.Packed(pool="security"))
         assert excinfo.value.details["agent_id"] == agent_id
         assert await rt.registry.lookup.remote(agent_id) is None
+
+
+async def test_only_a_signing_supervisor_or_driver_may_change_an_agents_status(rt: Any) -> None:
+    await rt.spawn_many(Echo, ["sec-marked"], placement=reach.Packed(pool="security"))
+    stranger = Guard(SecurityConfig(keyring="unused"), Keyring.generate())
+    data, sig = signed_call(stranger, "reach.sup.rogue", [["sec-marked"], "offline"])
+    with pytest.raises(AuthError) as excinfo:
+        await rt.registry.mark.remote("reach.sup.rogue", data, sig)
+    assert excinfo.value.details["reason"] == "bad_signature"
+    ours = rt.transport.codec.guard
+    data, sig = signed_call(ours, "reach.pool.security.0", [["sec-marked"], "offline"])
+    with pytest.raises(AuthError) as excinfo:  # a genuine host, but hosts do not mark agents
+        await rt.registry.mark.remote("reach.pool.security.0", data, sig)
+    assert excinfo.value.details["reason"] == "not_a_supervisor"
+    assert (await rt.registry.lookup.remote("sec-marked"))["status"] == "online"
