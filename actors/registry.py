@@ -242,7 +242,8 @@ class Registry:
 
     async def mark(self, principal: str, data: bytes, sig: Any) -> None:
         """Sets the status of agents (``data``: ``[agent_ids, status]``, signed by the supervisor
-        or driver that marks them, e.g. ``restarting``).
+        or driver that marks them, e.g. ``restarting``). An unknown agent marked ``restarting``
+        gets a placeholder record until it registers.
 
         Raises:
             AuthError: the signature does not verify, or the signer is not a supervisor or driver.
@@ -253,9 +254,17 @@ class Registry:
                             details={"reason": "not_a_supervisor", "principal": principal})
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
-            if rec is not None:
-                rec["status"] = status
-                self._mirror(rec)
+            if rec is None:
+                if status != RESTARTING:
+                    continue
+                # Unknown here (this registry restarted, and lost the agent with its node): a
+                # placeholder, so that callers wait for the restart instead of being told that
+                # no such agent exists (a fatal error) until it registers again.
+                rec = self.records[agent_id] = {
+                    "agent_id": agent_id, "capabilities": [], "description": "", "host": "",
+                    "node": "", "epoch": 0, "load": 0, "status": status}
+            rec["status"] = status
+            self._mirror(rec)
 
     async def hosts(self) -> list[str]:
         """Names of the hosts alive by their heartbeats, most recent last."""

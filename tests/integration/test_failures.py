@@ -170,3 +170,27 @@ async def test_a_notification_to_a_dead_host_becomes_a_dead_letter(rt: Any) -> N
     letters = await wait_until(lettered)
     assert letters[0]["msg_type"] == "notification"
     assert letters[0]["code"] == "agent_unavailable"
+
+
+async def test_an_agent_unknown_to_a_restarted_registry_is_awaited_while_marked_restarting(
+        rt: Any) -> None:
+    # What a supervisor does when its registry lost the agent (it died with the same node):
+    # marks it restarting. Callers then wait for it (a retryable error at their deadline), not
+    # a fatal AgentNotFound; marked offline, it is reported offline.
+    from reach.guard import signed_call
+
+    data, sig = signed_call(rt.transport.codec.guard, rt.client.sender,
+                            [["f-lost-1"], "restarting"])
+    await rt.registry.mark.remote(rt.client.sender, data, sig)
+    assert (await rt.registry.lookup.remote("f-lost-1"))["status"] == "restarting"
+    with pytest.raises(reach.AgentUnavailable) as excinfo:
+        await rt.client.request("f-lost-1", Text(text="are you back?"), timeout_ms=500)
+    assert excinfo.value.details.get("restarting") is True
+    await rt.spawn(Echo, "f-lost-1")  # its restart registers it: the placeholder is replaced
+    reply = await rt.client.request("f-lost-1", Text(text="are you back?"))
+    assert reply.payload == {"text": "f-lost-1:are you back?"}
+    info = await rt.registry.lookup.remote("f-lost-1")
+    assert (info["status"], info["capabilities"]) == ("online", ["echo.say", "order.query"])
+    data, sig = signed_call(rt.transport.codec.guard, rt.client.sender, [["f-lost-2"], "offline"])
+    await rt.registry.mark.remote(rt.client.sender, data, sig)
+    assert await rt.registry.lookup.remote("f-lost-2") is None  # only "restarting" leaves a mark
