@@ -137,16 +137,15 @@ class TaskRunner:
         return task.task_id
 
     async def _publish(self) -> None:
-        """Publishes the tasks by state (the ``reach_tasks`` gauge) each second while any run,
-        and once more when none does."""
+        """Publishes the tasks by state (the ``reach_tasks`` gauge) each second, from the first
+        task on: Ray exports a gauge only for a while after it was last set, so a value that
+        stopped being set would vanish from the dashboard once the tasks ended."""
         while True:
             await asyncio.sleep(FLUSH_S)
             counts = self.counts()
             for state in TaskState:
                 metrics.gauge("reach_tasks", counts.get(state.value, 0), supervisor=self.owner,
                               state=state.value)
-            if not self._running:
-                return
 
     def _task(self, task_id: str) -> TaskRecord:
         task = self.tasks.get(task_id)
