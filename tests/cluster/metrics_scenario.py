@@ -11,6 +11,7 @@ import socket
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
@@ -33,6 +34,11 @@ class Pong(reach.Agent):
         if p.n < 0:
             raise reach.AgentNotFound("a refusal, on purpose", details={"n": p.n})
         return Ping(n=p.n + 1)
+
+
+#: Tasks submitted through the supervisor, and its actor name (as the tasks gauge labels it).
+TASKS = 5
+SUPERVISOR = "reach.sup.metrics-sup"
 
 
 def free_port() -> int:
@@ -75,18 +81,41 @@ async def traffic(rt: Any) -> None:
         reach.ChildSpec(Pong, "sup-pong")]))
     first = await rt.registry.lookup.remote("sup-pong")
     ray.kill(ray.get_actor(first["host"], namespace="reach"))
-    while (await rt.registry.lookup.remote("sup-pong") or {}).get("epoch", 0) <= first["epoch"]:
-        await asyncio.sleep(0.1)
-    for i in range(5):
+
+    async def restarted() -> bool:
+        rec = await rt.registry.lookup.remote("sup-pong") or {}
+        return bool(rec.get("status") == "online" and rec.get("epoch", 0) > first["epoch"])
+
+    await until(restarted, "sup-pong was not restarted")
+    for i in range(TASKS):
         await (await sup.submit("sup-pong", Ping(n=i))).result()
     # An agent whose host dies without a supervisor: what is sent to it becomes a dead letter.
     await rt.spawn(Pong, "doomed")
     doomed = await rt.registry.lookup.remote("doomed")
-    ray.kill(ray.get_actor(doomed["host"], namespace="reach"))
+    host = ray.get_actor(doomed["host"], namespace="reach")
+    ray.kill(host)
+
+    async def dead() -> bool:
+        try:
+            await host.count.remote()
+        except ray.exceptions.RayActorError:
+            return True
+        return False
+
+    await until(dead, "the doomed host did not die")
     for _ in range(3):
         with contextlib.suppress(reach.ReachError):
             await rt.client.notify("doomed", Ping(n=1))
-        await asyncio.sleep(0.2)
+    await rt.transport.flush()  # they fail once they leave: let them, before this loop ends
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60.0) -> None:
+    """Polls ``check`` until it is true; raises after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout_s:.0f} s")
+        await asyncio.sleep(0.1)
 
 
 def main() -> int:
@@ -106,7 +135,10 @@ def main() -> int:
             found = reach_lines(scrape(port))
         except OSError:
             found = {}
-        if all(any(k.startswith(w) for k in found) for w in wanted):
+        # Every metric is there, and the tasks gauge has its final value (gauges are exported
+        # every few seconds: an earlier scrape may still show the tasks running).
+        done = found.get(f'ray_reach_tasks{{state="completed",supervisor="{SUPERVISOR}"}}')
+        if all(any(k.startswith(w) for k in found) for w in wanted) and done == TASKS:
             break
         time.sleep(2)
     print(json.dumps(found, sort_keys=True))

@@ -6,6 +6,7 @@ import asyncio
 import os
 import random
 import signal
+import time
 from typing import Any
 
 import pytest
@@ -83,8 +84,9 @@ async def _open(rt: Any, peer: str) -> Any:
     raise AssertionError("could not open a session")
 
 
-async def _stats(rt: Any) -> dict[str, Any]:
-    for _ in range(100):
+async def _stats(rt: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         try:
             return await rt.store.stats.remote()  # type: ignore[no-any-return]
         except ray.exceptions.RayActorError:
