@@ -238,9 +238,9 @@ class AgentHost:
                  and not (e.request_id is not None and e.msg_type is MsgType.EVENT)]
         if not calls:
             return envelopes
-        caps: dict[str, Any] = {}
-        for sender in {e.sender for e in calls if not is_endpoint(e.sender)}:
-            caps[sender] = self.directory.known_principal(sender)
+        # reach's own processes sign as themselves and hold no capabilities
+        caps: dict[str, Any] = {s: () if is_endpoint(s) else self.directory.known_principal(s)
+                                for s in {e.sender for e in calls}}
         missing = [s for s, c in caps.items() if c is None]
         if missing:  # first calls from these senders: ask the registry who they are
             caps.update(zip(missing, await asyncio.gather(
@@ -249,13 +249,13 @@ class AgentHost:
         refused: set[str] = set()
         for env in calls:
             callee = self.runners[env.receiver].agent
-            sender_caps: Any = () if is_endpoint(env.sender) else caps[env.sender]
+            sender_caps = caps[env.sender]
             if isinstance(sender_caps, BaseException) or sender_caps is None:
                 error = AuthError(
                     f"{env.sender!r} is not a known agent: refused its call to {callee.id!r}",
                     details={"reason": "unknown_principal", "principal": env.sender})
             else:
-                decision = guard.allow(env.sender, sender_caps, tuple(callee.capabilities))
+                decision = guard.allow(env.sender, sender_caps, callee.capabilities)
                 if decision.allowed:
                     continue
                 error = AuthError(f"access denied: {decision.reason}",

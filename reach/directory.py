@@ -165,11 +165,11 @@ class Directory:
 
         Known principals are cached like routes; unknown ones are asked again next time.
         """
-        hit = self._principals.get(agent_id)
-        now = self._clock()
-        if hit is not None and hit[1] > now:
-            return hit[0]
+        cached = self.known_principal(agent_id)
+        if cached is not None:
+            return cached
         self.lookups += 1
+        now = self._clock()
         rec = await self._ask(self.registry.lookup.remote(agent_id), None)
         if rec is None:
             return None

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from policies.acl import Acl, AclDecision, Rule, check
 from reach.errors import AuthError, ConfigError
 from reach.names import DEFAULT_KEYRING
@@ -217,8 +219,6 @@ class Guard:
 
 def signed_call(guard: Guard | None, principal: str, args: Any) -> tuple[bytes, Any]:
     """The arguments of a registry call as bytes, with their signature (None when unsigned)."""
-    import msgpack
-
     data: bytes = msgpack.packb(args, use_bin_type=True)
     if guard is None:
         return data, None
@@ -232,8 +232,6 @@ def open_call(guard: Guard | None, principal: str, data: bytes, sig: Any) -> Any
     Raises:
         AuthError: unsigned while signing is on, or the signature does not verify.
     """
-    import msgpack
-
     if guard is not None:
         if sig is None:
             raise AuthError(f"an unsigned call from {principal!r} was refused: signing is on",

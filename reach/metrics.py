@@ -137,6 +137,10 @@ def _process_metrics() -> _Metrics:
 
 
 def messages(envelopes: Any, direction: str) -> None:
-    """Counts envelopes by type (``direction``: sent or received)."""
+    """Counts envelopes by type (``direction``: sent or received), one tally per type."""
+    by_type: dict[str, int] = {}
     for env in envelopes:
-        metrics.count("reach_messages", 1, env.msg_type.value, direction)
+        kind = env.msg_type.value
+        by_type[kind] = by_type.get(kind, 0) + 1
+    for kind, n in by_type.items():
+        metrics.count("reach_messages", n, kind, direction)

@@ -70,7 +70,7 @@ class Runtime:
     """
 
     def __init__(self, registry: Any, inbox: Any, inbox_name: str, *, max_hops: int,
-                 default_timeout_ms: int, store: Any) -> None:
+                 default_timeout_ms: int, store: Any, owns_ray: bool = False) -> None:
         self.registry = registry
         self.store = store
         self.driver_id = inbox_name.removeprefix("reach.inbox.")
@@ -84,7 +84,7 @@ class Runtime:
         self.client = Client(self.link, f"{DRIVER_PREFIX}{self.driver_id}")
         self._inbox = inbox
         self._poller: asyncio.Task[None] | None = None
-        self.owns_ray = False  # this driver started the Ray it runs on
+        self.owns_ray = owns_ray  # this driver started the Ray it runs on
         self.spawner = Spawner(registry, self.transport, max_hops, default_timeout_ms)
 
     def _ensure_polling(self) -> None:
@@ -373,8 +373,7 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
                               ).remote()
     store = _session_store(session_path, session_resource, session_options or {})
     runtime = Runtime(registry, inbox, inbox_name, max_hops=max_hops,
-                      default_timeout_ms=default_timeout_ms, store=store)
-    runtime.owns_ray = starts
+                      default_timeout_ms=default_timeout_ms, store=store, owns_ray=starts)
     if acl is not None:
         ray.get(runtime.acl_call(load_acl(acl)))
     return runtime
