@@ -12,12 +12,11 @@ import logging
 import os
 from typing import Any
 
-import ray
-
 from actors._mem import rss_bytes
 from policies.acl import Acl
 from reach.agent import Agent
 from reach.client import Link
+from reach.cluster import CallLimits, Cluster
 from reach.directory import Directory
 from reach.errors import (
     AgentAlreadyExists,
@@ -32,6 +31,7 @@ from reach.guard import Guard, acl_from_doc, signed_call
 from reach.metrics import messages, metrics
 from reach.names import is_endpoint
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
+from reach.records import AgentExit, AgentRecord
 from reach.runner import AgentRunner, ReplySink
 from reach.trail import AuditTrail
 from reach.transport import Transport
@@ -42,37 +42,33 @@ log = logging.getLogger("reach.host")
 LINGER_S = 0.002
 
 
-@ray.remote
 class AgentHost:
     """Hosts agents and delivers envelopes to them.
 
     Args:
-        name: This host's actor name (its endpoint).
-        namespace: Ray namespace of reach's named actors.
-        registry: Handle of the Registry actor.
-        max_hops: Longest call chain accepted.
-        default_timeout_ms: Timeout of requests made from handlers that give none.
+        name: This host's name (its endpoint).
+        cluster: Where the other processes are.
+        limits: Hop limit, and the timeout of requests made from handlers that give none.
     """
 
-    def __init__(self, name: str, namespace: str, registry: Any, max_hops: int,
-                 default_timeout_ms: int) -> None:
+    def __init__(self, name: str, cluster: Cluster, limits: CallLimits) -> None:
         self.name = name
-        self.registry = registry
+        self.registry = cluster.registry()
         self.directory = Directory(self.registry)
-        self.transport = Transport(name, namespace, on_dead_endpoint=self.directory.drop_endpoint,
+        self.transport = Transport(name, cluster, on_dead_endpoint=self.directory.drop_endpoint,
                                    on_undelivered=self.directory.dead_letter)
-        self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
-        self.node = ray.get_runtime_context().get_node_id()
+        self.link = Link(cluster, self.transport, self.directory, limits)
+        self.node = cluster.node_id()
         self.runners: dict[str, AgentRunner] = {}
         self.epochs: dict[str, int] = {}
         self.interval_s = 10.0
         self._heartbeat: asyncio.Task[None] | None = None
         self._stopped: asyncio.Event | None = None
-        # Invariant: an exit record exists for every agent that left, until a watcher reads it.
-        self._exits: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # Invariant: an exit future exists for every agent here, until a watcher reads it.
+        self._exits: dict[str, asyncio.Future[AgentExit]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._adding: set[str] = set()
-        self.trail = AuditTrail()
+        self.trail = AuditTrail(cluster)
         self.acl_version = -1
         guard = self.transport.codec.guard
         self._audit = self._audit_call if guard is not None and guard.config.audit_calls else None
@@ -83,8 +79,8 @@ class AgentHost:
         return self._stopped
 
     async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                         kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-        """Constructs, starts and registers agents; returns their registry entries.
+                         kwargs: dict[str, Any]) -> list[AgentRecord]:
+        """Constructs, starts and registers agents; returns their registry records.
 
         Raises:
             AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
@@ -107,7 +103,7 @@ class AgentHost:
             self._adding.difference_update(agent_ids)
 
     async def _add(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+                   kwargs: dict[str, Any]) -> list[AgentRecord]:
         fresh: dict[str, AgentRunner] = {}
         for agent_id in agent_ids:
             agent = cls(*args, **kwargs)
@@ -119,8 +115,11 @@ class AgentHost:
         if self.acl_version < 0:
             await self._refresh_acl()  # before the first agent can be called
         epochs = await self._registry_call("register_many", [entries, True])
+        records = []
         for entry, epoch in zip(entries, epochs, strict=True):
-            entry["epoch"] = self.epochs[entry["agent_id"]] = epoch
+            self.epochs[entry["agent_id"]] = epoch
+            records.append(AgentRecord(entry["agent_id"], tuple(entry["capabilities"]),
+                                       entry["description"], self.name, self.node, epoch=epoch))
         self.runners.update(fresh)
         loop = asyncio.get_running_loop()
         for agent_id, runner in fresh.items():
@@ -129,7 +128,7 @@ class AgentHost:
             self._background.add(recovery)
             recovery.add_done_callback(self._background.discard)
         self._start_heartbeat()
-        return entries
+        return records
 
     def _exit_hook(self, agent_id: str) -> Any:
         def hook(normal: bool, reason: str) -> None:
@@ -140,15 +139,15 @@ class AgentHost:
 
         return hook
 
-    async def watch_agent(self, agent_id: str) -> dict[str, Any]:
-        """Returns when the agent leaves this host: ``{"normal": bool, "reason": str}``.
+    async def watch_agent(self, agent_id: str) -> AgentExit:
+        """Returns when the agent leaves this host, normally or not.
 
         An agent that is not here (this host restarted empty) has left abnormally. If the host
         itself dies, the call fails, which the watcher reads as an abnormal exit too.
         """
         exit_ = self._exits.get(agent_id)
         if exit_ is None:
-            return {"normal": False, "reason": f"agent {agent_id!r} is not on host {self.name}"}
+            return AgentExit(False, f"agent {agent_id!r} is not on host {self.name}")
         return await asyncio.shield(exit_)
 
     async def cancel_trace(self, trace_id: str, reason: str) -> int:
@@ -181,7 +180,7 @@ class AgentHost:
         for agent_id in here:
             exit_ = self._exits.pop(agent_id, None)
             if exit_ is not None and not exit_.done():
-                exit_.set_result({"normal": normal, "reason": reason})
+                exit_.set_result(AgentExit(normal, reason))
         return len(runners)
 
     async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], bytes | None]:
@@ -339,7 +338,7 @@ class AgentHost:
 
     async def _refresh_acl(self) -> None:
         guard = self.transport.codec.guard
-        version, doc = await self.registry.acl.remote()
+        version, doc = await self.registry.acl()
         if guard is not None:
             guard.set_acl(Acl() if doc is None else acl_from_doc(doc))
         self.acl_version = version
@@ -347,7 +346,7 @@ class AgentHost:
     async def _registry_call(self, method: str, args: Any) -> Any:
         """Calls the registry with arguments signed by this host."""
         data, sig = signed_call(self.transport.codec.guard, self.name, args)
-        return await getattr(self.registry, method).remote(self.name, data, sig)
+        return await getattr(self.registry, method)(self.name, data, sig)
 
     def _start_heartbeat(self) -> None:
         if self._heartbeat is None:

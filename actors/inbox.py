@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-import ray
 
-
-@ray.remote(num_cpus=0)
 class Inbox:
     """A queue of frames for one driver."""
 

@@ -9,56 +9,59 @@ capabilities here and cache the answers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections import deque
 from typing import Any
 
-import ray
-
 from actors._mem import rss_bytes
 from policies.discovery import Candidate, close_matches, find_holders, match_kind
 from policies.routing import heartbeat_expired, next_epoch
+from reach import clock
+from reach.cluster import Cluster
 from reach.errors import AgentAlreadyExists, AuthError
-from reach.guard import acl_from_doc, open_call, process_guard
+from reach.guard import acl_from_doc, open_call
 from reach.metrics import metrics
 from reach.names import DRIVER_PREFIX, REGISTRY_NAME, SUPERVISOR_PREFIX
+from reach.records import AgentRecord, AgentStatus, DeadLetter
 from reach.trail import AuditTrail
 
-ONLINE, OFFLINE, RECOVERING, RESTARTING = "online", "offline", "recovering", "restarting"
+ONLINE, OFFLINE = AgentStatus.ONLINE, AgentStatus.OFFLINE
+RECOVERING, RESTARTING = AgentStatus.RECOVERING, AgentStatus.RESTARTING
 
 
-@ray.remote(max_restarts=-1, max_task_retries=-1)
 class Registry:
     """Agent records, capability index and heartbeat expiry.
 
     Args:
+        cluster: Where the other processes are (and the deployment's security settings).
         interval_s: Heartbeat interval hosts are told to keep.
         misses: Heartbeats a host may miss before its agents are marked offline.
     """
 
-    def __init__(self, interval_s: float = 10.0, misses: int = 3) -> None:
+    def __init__(self, cluster: Cluster, interval_s: float = 10.0, misses: int = 3) -> None:
         self.interval_s = interval_s
         self.misses = misses
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, AgentRecord] = {}
         self.by_tag: dict[str, set[str]] = {}
         self.last_seen: dict[str, float] = {}
         # Invariant: cands[i] mirrors records[i]'s capabilities, description, status and load.
         self.cands: dict[str, Candidate] = {}
-        self.dead_letters_: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.dead_letters_: deque[DeadLetter] = deque(maxlen=10_000)
         self._expiry: asyncio.Task[None] | None = None
         self.incarnation = os.urandom(8).hex()  # new after every restart
         # After a restart the table is empty until hosts re-register: until then an unknown ID
         # may well exist, so it is answered as "recovering" (retryable), not as unknown.
-        restarted = ray.get_runtime_context().was_current_actor_reconstructed
-        self.recovering_until = time.monotonic() + interval_s * misses if restarted else 0.0
-        self.guard = process_guard()
-        self.trail = AuditTrail()
+        restarted = cluster.restarted()
+        self.recovering_until = clock.monotonic() + interval_s * misses if restarted else 0.0
+        self.guard = cluster.guard()
+        self.trail = AuditTrail(cluster)
         self.refused = 0
         # The deployment's ACL (as acl_to_doc writes it); hosts fetch it when the version moves.
         self.acl_doc: dict[str, Any] | None = None
         self.acl_version = 0
-        self._statuses: set[str] = {ONLINE}
+        self._statuses: set[AgentStatus] = {ONLINE}
 
     def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
         """The arguments of a call signed by ``host``; a refusal is audited and raised."""
@@ -103,41 +106,41 @@ class Registry:
         if exclusive:
             for e in entries:
                 old = self.records.get(e["agent_id"])
-                if old is not None and old["status"] == ONLINE and old["host"] != e["host"]:
+                if old is not None and old.status is ONLINE and old.host != e["host"]:
                     raise AgentAlreadyExists(
-                        f"agent {e['agent_id']!r} is already live on host {old['host']}",
+                        f"agent {e['agent_id']!r} is already live on host {old.host}",
                         suggestion="stop it first, or choose another ID",
-                        details={"agent_id": e["agent_id"], "host": old["host"]},
+                        details={"agent_id": e["agent_id"], "host": old.host},
                     )
         epochs = []
-        now = time.monotonic()
+        now = clock.monotonic()
         for e in entries:
             old = self.records.get(e["agent_id"])
             if old is not None:
                 self._unindex(old)
             # A host re-registering what it already holds keeps the epoch; a new start grows it.
-            same = old is not None and old["host"] == e["host"] and not exclusive
-            epoch = next_epoch(None if old is None else old["epoch"], same, e.get("epoch", 0))
-            rec = {**e, "status": ONLINE, "load": 0, "epoch": epoch,
-                   "capabilities": list(e["capabilities"])}
-            self.records[e["agent_id"]] = rec
-            self._mirror(rec)
-            for tag in rec["capabilities"]:
-                self.by_tag.setdefault(tag, set()).add(rec["agent_id"])
-            self.last_seen[e["host"]] = now
+            same = old is not None and old.host == e["host"] and not exclusive
+            epoch = next_epoch(None if old is None else old.epoch, same, e.get("epoch", 0))
+            rec = AgentRecord(e["agent_id"], tuple(e["capabilities"]), e["description"],
+                              e["host"], e["node"], ONLINE, 0, epoch)
+            self._put(rec)
+            for tag in rec.capabilities:
+                self.by_tag.setdefault(tag, set()).add(rec.agent_id)
+            self.last_seen[rec.host] = now
             epochs.append(epoch)
         return epochs
 
-    def _mirror(self, rec: dict[str, Any]) -> None:
-        self.cands[rec["agent_id"]] = Candidate(
-            rec["agent_id"], tuple(rec["capabilities"]), rec["description"],
-            rec["status"] == ONLINE, rec["load"])
+    def _put(self, rec: AgentRecord) -> None:
+        """Stores a record and mirrors it for discovery."""
+        self.records[rec.agent_id] = rec
+        self.cands[rec.agent_id] = Candidate(rec.agent_id, rec.capabilities, rec.description,
+                                             rec.status is ONLINE, rec.load)
 
-    def _unindex(self, rec: dict[str, Any]) -> None:
-        for tag in rec["capabilities"]:
+    def _unindex(self, rec: AgentRecord) -> None:
+        for tag in rec.capabilities:
             ids = self.by_tag.get(tag)
             if ids is not None:
-                ids.discard(rec["agent_id"])
+                ids.discard(rec.agent_id)
                 if not ids:
                     del self.by_tag[tag]
 
@@ -157,7 +160,7 @@ class Registry:
         removed = 0
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
-            if rec is not None and rec["host"] == host:
+            if rec is not None and rec.host == host:
                 self._unindex(rec)
                 del self.records[agent_id]
                 del self.cands[agent_id]
@@ -176,18 +179,25 @@ class Registry:
         """
         loads = self._open(host, data, sig, "heartbeat")
         self._start()
-        self.last_seen[host] = time.monotonic()
+        self.last_seen[host] = clock.monotonic()
         unknown = []
         for agent_id, load in loads.items():
             rec = self.records.get(agent_id)
-            if rec is None or rec["host"] != host:
+            if rec is None or rec.host != host:
                 unknown.append(agent_id)
                 continue
-            if rec["load"] != load or rec["status"] != ONLINE:
-                rec["load"] = load
-                rec["status"] = ONLINE
-                self._mirror(rec)
+            if rec.load != load or rec.status is not ONLINE:
+                self._put(dataclasses.replace(rec, load=load, status=ONLINE))
         return unknown, self.interval_s, self.acl_version
+
+    async def check_key(self, principal: str, data: bytes, sig: Any) -> None:
+        """Verifies a driver's signature, so that a driver with another deployment's keyring
+        learns it when it starts.
+
+        Raises:
+            AuthError: the signature does not verify (or is missing while signing is on).
+        """
+        self._open(principal, data, sig, "check_key")
 
     async def set_acl(self, principal: str, data: bytes, sig: Any) -> int:
         """Replaces the deployment's ACL (``data``: its document, signed by a driver); hosts
@@ -213,29 +223,28 @@ class Registry:
     async def _expire_loop(self) -> None:
         while True:
             await asyncio.sleep(min(self.interval_s, 1.0))
-            self.expire(time.monotonic())
+            self.expire(clock.monotonic())
             self._report()
 
     def _report(self) -> None:
         """Publishes the registry's size by status (every status seen so far, zeros included)."""
         by_status = dict.fromkeys(self._statuses, 0)
         for rec in self.records.values():
-            by_status[rec["status"]] = by_status.get(rec["status"], 0) + 1
+            by_status[rec.status] = by_status.get(rec.status, 0) + 1
         self._statuses.update(by_status)
         for status, count in by_status.items():
-            metrics.gauge("reach_registry_agents", count, status=status)
+            metrics.gauge("reach_registry_agents", count, status=status.value)
 
     def expire(self, now: float) -> list[str]:
         """Marks offline the agents of hosts that missed their heartbeats; returns their IDs."""
         dead = {h for h, seen in self.last_seen.items()
                 if heartbeat_expired(seen, now, self.interval_s, self.misses)}
         gone = []
-        for rec in self.records.values():
-            if rec["host"] in dead and rec["status"] not in (OFFLINE, RESTARTING):
-                rec["status"] = OFFLINE
-                self._mirror(rec)
-                gone.append(rec["agent_id"])
-        holding = {rec["host"] for rec in self.records.values()}
+        for rec in list(self.records.values()):
+            if rec.host in dead and rec.status not in (OFFLINE, RESTARTING):
+                self._put(dataclasses.replace(rec, status=OFFLINE))
+                gone.append(rec.agent_id)
+        holding = {rec.host for rec in self.records.values()}
         for host in dead - holding:  # a dead host that holds nothing is forgotten
             del self.last_seen[host]
         return gone
@@ -252,46 +261,44 @@ class Registry:
         if not principal.startswith((SUPERVISOR_PREFIX, DRIVER_PREFIX)):
             raise AuthError(f"{principal!r} may not change the status of agents",
                             details={"reason": "not_a_supervisor", "principal": principal})
+        to = AgentStatus(status)
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
             if rec is None:
-                if status != RESTARTING:
+                if to is not RESTARTING:
                     continue
                 # Unknown here (this registry restarted, and lost the agent with its node): a
                 # placeholder, so that callers wait for the restart instead of being told that
                 # no such agent exists (a fatal error) until it registers again.
-                rec = self.records[agent_id] = {
-                    "agent_id": agent_id, "capabilities": [], "description": "", "host": "",
-                    "node": "", "epoch": 0, "load": 0, "status": status}
-            rec["status"] = status
-            self._mirror(rec)
+                rec = AgentRecord(agent_id)
+            self._put(dataclasses.replace(rec, status=to))
 
     async def hosts(self) -> list[str]:
         """Names of the hosts alive by their heartbeats, most recent last."""
-        now = time.monotonic()
+        now = clock.monotonic()
         alive = [h for h, seen in self.last_seen.items()
                  if not heartbeat_expired(seen, now, self.interval_s, self.misses)]
         return sorted(alive, key=self.last_seen.__getitem__)
 
-    async def dead_letter(self, letters: list[dict[str, Any]]) -> None:
+    async def dead_letter(self, letters: list[DeadLetter]) -> None:
         """Records messages that could not be delivered, with their reasons (bounded)."""
         self.dead_letters_.extend(letters)
         for letter in letters:
-            metrics.count("reach_dead_letters", 1, str(letter.get("code", "")))
+            metrics.count("reach_dead_letters", 1, letter.code)
 
-    async def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
+    async def dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         """The most recent dead letters, oldest first."""
         return list(self.dead_letters_)[-limit:]
 
-    async def lookup(self, agent_id: str) -> dict[str, Any] | None:
+    async def lookup(self, agent_id: str) -> AgentRecord | None:
         """The record of one agent; None if unknown; status "recovering" if it may yet appear."""
         rec = self.records.get(agent_id)
-        if rec is None and time.monotonic() < self.recovering_until:
-            return {"agent_id": agent_id, "status": RECOVERING, "host": ""}
+        if rec is None and clock.monotonic() < self.recovering_until:
+            return AgentRecord(agent_id, status=RECOVERING)
         return rec
 
     async def discover(self, capability: str, text: str | None = None, limit: int | None = None,
-                       ) -> tuple[list[dict[str, Any]], list[str]]:
+                       ) -> tuple[list[AgentRecord], list[str]]:
         """Online holders of a capability (best first, at most ``limit``) and close tags."""
         kinds = {tag: match_kind(capability, tag) for tag in self.by_tag}
         matched = {t: k for t, k in kinds.items() if k is not None}
@@ -312,7 +319,7 @@ class Registry:
                 times.append((time.perf_counter() - t0) * 1000)
         return times
 
-    async def agents(self) -> list[dict[str, Any]]:
+    async def agents(self) -> list[AgentRecord]:
         """Every record, sorted by agent ID."""
         return [self.records[k] for k in sorted(self.records)]
 

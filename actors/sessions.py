@@ -13,22 +13,22 @@ import asyncio
 import json
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from actors.session_storage import SqliteStorage, WriteBatch, pack
 from policies.audit import canonical, chain_hash
 from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
 from policies.sessions import negotiate as negotiate_terms
+from reach import clock
 from reach.client import Client, Link
+from reach.cluster import Cluster
 from reach.directory import Directory
 from reach.errors import ProtocolError, ReachError, SessionNotFound
-from reach.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
+from reach.names import STORE_NAME
+from reach.records import SessionContext, SessionMessage, SessionResume
 from reach.transport import Transport
 
 log = logging.getLogger("reach.sessions")
@@ -39,11 +39,11 @@ Stage = Callable[[WriteBatch], Any]
 SUMMARISE_SCHEMA = "reach.summarise@1.0"
 
 
-@ray.remote(max_restarts=-1, max_task_retries=0)
 class SessionStore:
     """Sessions on SQLite (see :mod:`actors.session_storage`).
 
     Args:
+        cluster: Where the other processes are (to ask a summariser agent).
         path: The database file.
         synchronous: SQLite ``synchronous`` (``FULL`` or ``NORMAL``).
         group_commit: Commit writes that arrive together at once (else one commit per write).
@@ -53,9 +53,11 @@ class SessionStore:
             ``reach.summarise@1.0`` requests with a new summary.
     """
 
-    def __init__(self, path: str, *, synchronous: str = "FULL", group_commit: bool = True,
-                 compact_after: int = COMPACT_AFTER, keep_last: int = KEEP_LAST,
-                 summariser: str | None = None) -> None:
+    def __init__(self, cluster: Cluster, path: str, *, synchronous: str = "FULL",
+                 group_commit: bool = True, compact_after: int = COMPACT_AFTER,
+                 keep_last: int = KEEP_LAST, summariser: str | None = None) -> None:
+        self.cluster = cluster
+        self.name = STORE_NAME
         self.storage = SqliteStorage(Path(path), synchronous)
         self.group_commit = group_commit
         self.compact_after, self.keep_last = compact_after, keep_last
@@ -149,7 +151,7 @@ class SessionStore:
             SessionRefused: a setting the responder cannot accept (named in the error).
         """
         terms = negotiate_terms(Terms(**offer), Limits(**limits))
-        row = (session_id, initiator, responder, json.dumps(asdict(terms)), time.time())
+        row = (session_id, initiator, responder, json.dumps(asdict(terms)), clock.now())
 
         def stage(batch: WriteBatch) -> dict[str, Any]:
             batch.sessions.append(row)
@@ -186,7 +188,7 @@ class SessionStore:
 
     def _append_stage(self, session_id: str, meta: dict[str, Any],
                       messages: list[dict[str, Any]]) -> Stage:
-        now = time.time()
+        now = clock.now()
 
         def stage(batch: WriteBatch) -> list[int]:
             if self.meta.get(session_id) is not meta:
@@ -248,17 +250,16 @@ class SessionStore:
             return default_summary(previous, messages)
         reply = await self._client().request(
             self.summariser, {"summary": previous, "messages": messages}, SUMMARISE_SCHEMA)
-        return str(reply.payload["summary"])
+        return str(reply.envelope.payload["summary"])
 
     def _client(self) -> Client:
-        """A client for asking the summariser agent; this actor is its reply endpoint."""
-        name = ray.get_runtime_context().get_actor_name() or STORE_NAME
+        """A client for asking the summariser agent; this store is its reply endpoint."""
         if self._link is None:
-            registry = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
-            directory = Directory(registry)
-            transport = Transport(name, NAMESPACE, on_dead_endpoint=directory.drop_endpoint)
-            self._link = Link(transport, directory)
-        return Client(self._link, name)
+            directory = Directory(self.cluster.registry())
+            transport = Transport(self.name, self.cluster,
+                                  on_dead_endpoint=directory.drop_endpoint)
+            self._link = Link(self.cluster, transport, directory)
+        return Client(self._link, self.name)
 
     async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], None]:
         """Receives the summariser's replies."""
@@ -270,7 +271,7 @@ class SessionStore:
         """Never returns while the store lives (a caller's watch fails if it dies)."""
         await asyncio.Event().wait()
 
-    async def context(self, session_id: str, last_n: int = 20) -> dict[str, Any]:
+    async def context(self, session_id: str, last_n: int = 20) -> SessionContext:
         """The summary and the last ``last_n`` messages (committed ones only).
 
         Raises:
@@ -279,12 +280,12 @@ class SessionStore:
         meta = await self._meta(session_id)
         messages = await self.storage.messages(session_id, meta["folded_upto"], last_n,
                                                last=True)
-        return {"session_id": session_id, "summary": meta["summary"], "terms": meta["terms"],
-                "folded_upto": meta["folded_upto"], "next_seq": meta["next_seq"],
-                "messages": messages}
+        return SessionContext(session_id, meta["initiator"], meta["responder"], meta["summary"],
+                              meta["terms"], meta["folded_upto"], meta["next_seq"],
+                              tuple(SessionMessage(**m) for m in messages))
 
     async def since(self, session_id: str, seq: int, limit: int | None = None
-                    ) -> dict[str, Any]:
+                    ) -> SessionResume:
         """Resumes after ``seq``: the messages that follow it (and the summary, if some of them
         were folded already).
 
@@ -293,9 +294,10 @@ class SessionStore:
         """
         meta = await self._meta(session_id)
         after = max(seq, meta["folded_upto"])
-        return {"session_id": session_id, "folded": seq < meta["folded_upto"],
-                "summary": meta["summary"] if seq < meta["folded_upto"] else "",
-                "messages": await self.storage.messages(session_id, after, limit)}
+        folded = seq < meta["folded_upto"]
+        messages = await self.storage.messages(session_id, after, limit)
+        return SessionResume(session_id, folded, meta["summary"] if folded else "",
+                             tuple(SessionMessage(**m) for m in messages))
 
     # -- pending requests and replies ----------------------------------------------------------
 
@@ -303,7 +305,7 @@ class SessionStore:
                           session_id: str, envelope: dict[str, Any], deadline: float | None,
                           ) -> None:
         """Records a request ``agent_id`` sent and has not seen answered."""
-        row = (request_id, agent_id, receiver, session_id, pack(envelope), deadline, time.time())
+        row = (request_id, agent_id, receiver, session_id, pack(envelope), deadline, clock.now())
 
         def stage(batch: WriteBatch) -> None:
             batch.pending.append(row)
@@ -314,7 +316,7 @@ class SessionStore:
         """Ends a pending request as ``answered`` or ``cancelled``; False if it had ended."""
         def stage(batch: WriteBatch) -> Callable[[list[bool]], bool]:
             index = len(batch.resolutions)
-            batch.resolutions.append((request_id, status, time.time()))
+            batch.resolutions.append((request_id, status, clock.now()))
             return lambda changed: changed[index]
 
         result: bool = await self._commit(stage)
@@ -333,7 +335,7 @@ class SessionStore:
     async def record_reply(self, request_id: str, agent_id: str, payload: dict[str, Any],
                            schema: str) -> None:
         """Records a handler's reply, so that a retry of the request gets it without a rerun."""
-        row = (request_id, agent_id, pack(payload), schema, time.time())
+        row = (request_id, agent_id, pack(payload), schema, clock.now())
 
         def stage(batch: WriteBatch) -> None:
             batch.replies.append(row)
@@ -352,7 +354,7 @@ class SessionStore:
             tail = await self.storage.audit_tail()
             if self._audit_tail is None:  # another call may have loaded (and advanced) it
                 self._audit_tail = tail
-        now = time.time()
+        now = clock.now()
 
         def stage(batch: WriteBatch) -> list[int]:
             if self._audit_tail is None:

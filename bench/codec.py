@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from reach import Codec, Envelope, SchemaRegistry
+from reach import Envelope, SchemaRegistry
+from reach.codec import Codec
 
 REPEATS = 5
 SECONDS_PER_REPEAT = 0.3

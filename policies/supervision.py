@@ -1,14 +1,44 @@
 """Supervision decisions, after Erlang/OTP: who restarts, whether it may, and after how long.
 
+- :class:`RestartType`, :func:`should_restart`: whether a child that ended is restarted.
+- :class:`Strategy`, :func:`to_restart`: which children restart along with a failed one.
+- :class:`Intensity`, :func:`record_restart`: how many restarts a supervisor allows before it
+  gives up.
+- :class:`Backoff`, :func:`backoff_delay`: the delay before a restart (defined in
+  :mod:`policies.backoff`, re-exported here).
+- :class:`ChildExit`, :class:`RestartPlan`, :func:`plan_restart`: the whole decision for a batch
+  of exits, which the supervisor actor only carries out (:data:`SIBLING_RESTARTED` is the reason
+  it gives for a child swept along by a sibling's failure).
+
 Everything here is pure: the clock's reading and the random generator are passed in.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from policies.backoff import Backoff, backoff_delay
+
+__all__ = [
+    "SIBLING_RESTARTED",
+    "Backoff",
+    "ChildExit",
+    "Intensity",
+    "RestartPlan",
+    "RestartType",
+    "Strategy",
+    "backoff_delay",
+    "plan_restart",
+    "record_restart",
+    "should_restart",
+    "to_restart",
+]
+
+#: The reason given for a child restarted only because a sibling failed.
+SIBLING_RESTARTED = "sibling restarted"
 
 
 class RestartType(StrEnum):
@@ -39,14 +69,6 @@ class Intensity:
 
     max_restarts: int = 1
     period_s: float = 5.0
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with jitter: ``base_s * 2**attempt``, capped, half of it random."""
-
-    base_s: float = 0.05
-    cap_s: float = 2.0
 
 
 def should_restart(restart: RestartType, abnormal: bool) -> bool:
@@ -90,12 +112,119 @@ def record_restart(history: Sequence[float], now: float, intensity: Intensity
     return kept, len(kept) > intensity.max_restarts
 
 
-def backoff_delay(attempt: int, backoff: Backoff, rng: random.Random) -> float:
-    """Seconds to wait before retry number ``attempt`` (0 for the first retry).
+@dataclass(frozen=True)
+class ChildExit:
+    """One child's exit, as its supervisor detected it."""
 
-    Equal jitter: half the exponential delay is fixed, the other half drawn from ``rng``, so
-    retries neither synchronise nor collapse to zero.
+    child_id: str
+    normal: bool
+    """True when the child ended on its own (returned or was stopped), False for a crash or kill."""
+    reason: str
+    at: float
+    """Monotonic seconds when the exit was detected."""
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """What a supervisor does about a batch of exits; it carries the plan out in field order.
+
+    Invariants: ``ended`` and ``restart`` are disjoint; ``stop`` is a subset of ``restart`` and
+    holds no child that exited in the batch; ``reasons`` has exactly the keys of ``restart``;
+    when ``give_up`` is True, ``stop`` and ``restart`` are empty.
     """
-    # The exponent is bounded first: 2.0 ** 1024 overflows long before any cap is reached.
-    ceiling = min(backoff.cap_s, backoff.base_s * 2.0 ** min(max(attempt, 0), 64))
-    return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+    ended: tuple[str, ...]
+    """Exited children whose restart type says they end: dropped, not restarted (input order)."""
+    stop: tuple[str, ...]
+    """Live siblings to stop before the restarts, in reverse start order."""
+    restart: tuple[str, ...]
+    """Children to start again after ``delay_s``, in start order, the failed ones included."""
+    delay_s: float
+    """The backoff before the restarts (0 when nothing restarts)."""
+    history: tuple[float, ...]
+    """The restart history to keep: :func:`record_restart`'s result, or the one given."""
+    give_up: bool
+    """The intensity is exceeded: stop every child in reverse start order and escalate."""
+    reasons: Mapping[str, str]
+    """Why each child in ``restart`` restarts: its exit's reason, or :data:`SIBLING_RESTARTED`."""
+
+
+def plan_restart(
+    exits: Sequence[ChildExit],
+    *,
+    started: Sequence[str],
+    restart_types: Mapping[str, RestartType],
+    strategy: Strategy,
+    intensity: Intensity,
+    backoff: Backoff,
+    history: Sequence[float],
+    now: float,
+    rng: random.Random,
+) -> RestartPlan:
+    """Decides what a supervisor does about a batch of exits detected together.
+
+    A batch is one failure event (a host's agents die together): however many children it
+    restarts, it counts as one restart against the intensity.
+
+    Args:
+        exits: The exits of the batch, in the order they were detected.
+        started: The live children (those in ``exits`` included) in start order.
+        restart_types: Each child's restart type.
+        strategy: The supervisor's strategy.
+        intensity: How many restarts the supervisor allows within its period.
+        backoff: The backoff before a restart; the attempt is the number of restarts still in
+            the history before this one.
+        history: The times of the earlier restarts still inside the period.
+        now: The monotonic clock's reading.
+        rng: The source of the backoff's jitter (drawn from only when children restart).
+
+    Returns:
+        The plan. An exit of a child not in ``started`` restarts nothing (it is in ``ended`` when
+        its restart type says it ends, else nowhere).
+
+    Raises:
+        KeyError: An exit names a child that has no entry in ``restart_types``.
+    """
+    ended, live, to_start = _sweep(exits, started, restart_types, strategy)
+    if not to_start:
+        return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
+                           history=tuple(history), give_up=False, reasons={})
+    new_history, exceeded = record_restart(history, now, intensity)
+    if exceeded:
+        return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
+                           history=new_history, give_up=True, reasons={})
+    restart = tuple(c for c in live if c in to_start)
+    exited: dict[str, str] = {}
+    for e in exits:
+        exited.setdefault(e.child_id, e.reason)  # a child that exited twice: its first reason
+    return RestartPlan(
+        ended=ended,
+        stop=tuple(c for c in reversed(restart) if c not in exited),
+        restart=restart,
+        delay_s=backoff_delay(len(new_history) - 1, backoff, rng),
+        history=new_history,
+        give_up=False,
+        reasons={c: exited.get(c, SIBLING_RESTARTED) for c in restart},
+    )
+
+
+def _sweep(exits: Sequence[ChildExit], started: Sequence[str],
+           restart_types: Mapping[str, RestartType], strategy: Strategy
+           ) -> tuple[tuple[str, ...], list[str], set[str]]:
+    """The children that end, the live ones left in start order, and those the exits restart.
+
+    The set may name a child that a later exit of the batch ended; the caller keeps only the
+    live ones.
+    """
+    ended: list[str] = []
+    live = list(started)
+    to_start: set[str] = set()
+    for e in exits:
+        if not should_restart(restart_types[e.child_id], abnormal=not e.normal):
+            if e.child_id not in ended:
+                ended.append(e.child_id)
+            if e.child_id in live:
+                live.remove(e.child_id)
+            continue
+        to_start.update(to_restart(strategy, live, e.child_id))
+    return tuple(ended), live, to_start

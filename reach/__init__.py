@@ -6,7 +6,6 @@ The public surface is what ``__all__`` lists; every other module-level name is p
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from reach.codec import Codec, Refused, decode, decode_batch, encode, encode_batch
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
@@ -34,29 +33,40 @@ from reach.errors import (
     TaskCancelled,
     TaskNotFound,
     UnknownSchema,
-    error_from_info,
 )
-from reach.protocol import Envelope, MsgType, new_id
-from reach.schemas import SchemaRef, SchemaRegistry, registry, schema
+from reach.protocol import Envelope, MsgType
+from reach.records import (
+    AgentExit,
+    AgentRecord,
+    AgentStatus,
+    Attempt,
+    ChildKind,
+    ChildStatus,
+    DeadLetter,
+    RestartPlacement,
+    RestartRecord,
+    SessionContext,
+    SessionMessage,
+    SessionResume,
+    SupervisorState,
+    SupervisorStatus,
+    TaskResult,
+)
+from reach.schemas import SchemaRef, SchemaRegistry, schema, schema_registry
 
 if _TYPE_CHECKING:
     from policies.acl import Acl, Rule
+    from policies.backoff import Backoff
     from policies.sessions import Limits, PendingAction, Terms
-    from policies.supervision import Backoff, Intensity, RestartType, Strategy
+    from policies.supervision import Intensity, RestartType, Strategy
     from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
-    from reach.client import Client, Context
-    from reach.directory import AgentInfo
+    from reach.client import Client, Reply
+    from reach.context import Context
     from reach.guard import SecurityConfig
     from reach.runtime import Runtime, init
     from reach.sessions import Session
-    from reach.supervision import (
-        ChildSpec,
-        SupervisorRef,
-        SupervisorSpec,
-        TaskHandle,
-        find_supervisor,
-    )
+    from reach.supervision import ChildSpec, SupervisorRef, SupervisorSpec, TaskHandle
 
 __version__ = "0.1.0"
 
@@ -65,12 +75,11 @@ __version__ = "0.1.0"
 _LAZY = {
     "Agent": "reach.agent", "Dedicated": "reach.agent", "Packed": "reach.agent",
     "Placement": "reach.agent", "handler": "reach.agent",
-    "AgentInfo": "reach.directory", "Client": "reach.client", "Context": "reach.client",
+    "Client": "reach.client", "Reply": "reach.client", "Context": "reach.context",
     "Runtime": "reach.runtime", "init": "reach.runtime",
     "ChildSpec": "reach.supervision", "SupervisorRef": "reach.supervision",
     "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",
-    "find_supervisor": "reach.supervision",
-    "Backoff": "policies.supervision", "Intensity": "policies.supervision",
+    "Backoff": "policies.backoff", "Intensity": "policies.supervision",
     "RestartType": "policies.supervision", "Strategy": "policies.supervision",
     "SeverityPolicy": "policies.tasks", "TaskPolicy": "policies.tasks",
     "TaskState": "policies.tasks",
@@ -95,17 +104,22 @@ __all__ = [
     "Acl",
     "Agent",
     "AgentAlreadyExists",
-    "AgentInfo",
+    "AgentExit",
     "AgentNotFound",
+    "AgentRecord",
+    "AgentStatus",
     "AgentUnavailable",
+    "Attempt",
     "AuthError",
     "Backoff",
+    "ChildKind",
     "ChildSpec",
+    "ChildStatus",
     "Client",
-    "Codec",
     "CodecError",
     "ConfigError",
     "Context",
+    "DeadLetter",
     "Dedicated",
     "Envelope",
     "ErrorInfo",
@@ -122,9 +136,11 @@ __all__ = [
     "Placement",
     "ProtocolError",
     "ReachError",
-    "Refused",
+    "Reply",
     "RequestTimeout",
     "RestartLimitExceeded",
+    "RestartPlacement",
+    "RestartRecord",
     "RestartType",
     "Rule",
     "Runtime",
@@ -135,31 +151,30 @@ __all__ = [
     "SchemaRegistry",
     "SecurityConfig",
     "Session",
+    "SessionContext",
+    "SessionMessage",
     "SessionNotFound",
     "SessionRefused",
+    "SessionResume",
     "Severity",
     "SeverityPolicy",
     "StorageError",
     "Strategy",
     "SupervisorRef",
     "SupervisorSpec",
+    "SupervisorState",
+    "SupervisorStatus",
     "TaskCancelled",
     "TaskHandle",
     "TaskNotFound",
     "TaskPolicy",
+    "TaskResult",
     "TaskState",
     "Terms",
     "UnknownSchema",
     "__version__",
-    "decode",
-    "decode_batch",
-    "encode",
-    "encode_batch",
-    "error_from_info",
-    "find_supervisor",
     "handler",
     "init",
-    "new_id",
-    "registry",
     "schema",
+    "schema_registry",
 ]

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from policies.sessions import Limits, PendingAction
 from reach.errors import InvalidPayload, ReachError, SchemaError, SchemaIncompatible
 from reach.protocol import Envelope
-from reach.schemas import SchemaRef, registry
+from reach.schemas import SchemaRef, schema_registry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,7 +103,7 @@ def handler(reads: type[BaseModel] | str, *, returns: type[BaseModel] | str | No
 def _resolve(schema: type[BaseModel] | str) -> tuple[str, type[BaseModel] | None]:
     if isinstance(schema, str):
         return str(SchemaRef.parse(schema)), None
-    return registry.ref_of(schema), schema
+    return schema_registry.ref_of(schema), schema
 
 
 class Agent:

@@ -1,47 +1,99 @@
-"""Sending: by agent ID, by capability (least loaded first), broadcast, notify, stream.
+"""Sending: to one agent by ID, to holders of a capability, broadcast, notify, stream.
 
-A :class:`Client` is how a driver talks to agents; a :class:`Context` is the same thing inside a
-handler, where requests inherit the trace, extend the hop chain and never outlive the request being
-handled. Routing is location-transparent: an agent ID is resolved to its host through the
-:class:`Directory`'s cache and the envelope goes straight to that host.
+A :class:`Client` is how a driver talks to agents; a :class:`~reach.context.Context` is the same
+thing inside a handler, where requests inherit the trace, extend the hop chain and never outlive
+the request being handled. Routing is location-transparent: an agent ID is resolved to its host
+through the :class:`~reach.directory.Directory`'s cache and the envelope goes straight to that
+host. Every reply arrives as a :class:`Reply`: the typed model the handler returned (known from
+the schema registry), with the envelope at hand for its headers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import time
+import random
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel
 
+from policies.backoff import poll_delay
 from policies.discovery import Candidate, pick_least_loaded
 from policies.routing import DEFAULT_MAX_HOPS, check_hops, child_timeout_ms
-from reach.directory import NOTIFY_HOLD_S, PICK_FROM, AgentInfo, Directory
+from reach import clock
+from reach.cluster import CallLimits, Cluster
+from reach.directory import NOTIFY_HOLD_S, PICK_FROM, Directory
 from reach.errors import (
     AgentUnavailable,
+    InvalidPayload,
     ProtocolError,
     ReachError,
     RequestTimeout,
+    SchemaIncompatible,
+    UnknownSchema,
 )
 from reach.metrics import metrics
 from reach.protocol import Envelope, MsgType
+from reach.records import AgentRecord
+from reach.schemas import SchemaRef, schema_registry
+from reach.store import StoreClient
 from reach.transport import STREAM_END_SCHEMA, StaleRoute, Transport
+
+M = TypeVar("M", bound=BaseModel)
+V = TypeVar("V")
+
+Payload = BaseModel | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply(Generic[V]):
+    """A reply: the handler's result, typed, and the envelope that carried it.
+
+    Attributes:
+        value: The reply's payload as the model registered for its schema (or the model the
+            caller named with ``returns=``); a plain dict when no model is registered for it.
+        envelope: The reply envelope (trace ID, sender, schema, timestamps...).
+    """
+
+    value: V
+    envelope: Envelope
 
 
 class Link:
-    """What a process needs to talk: its transport, its directory and its local load counts."""
+    """What a process needs to talk: the cluster, its transport and directory, its local loads,
+    and its way to the session store.
 
-    def __init__(self, transport: Transport, directory: Directory,
-                 default_timeout_ms: int = 30_000, max_hops: int = DEFAULT_MAX_HOPS) -> None:
+    Args:
+        cluster: Where the processes are.
+        transport: This process's transport.
+        directory: This process's directory.
+        limits: Hop limit and default timeout.
+        rng: Random generator for the jitter of resends (seeded in tests).
+    """
+
+    def __init__(self, cluster: Cluster, transport: Transport, directory: Directory,
+                 limits: CallLimits | None = None, rng: random.Random | None = None) -> None:
+        self.cluster = cluster
         self.transport = transport
         self.directory = directory
-        self.default_timeout_ms = default_timeout_ms
-        self.max_hops = max_hops
+        self.limits = limits or CallLimits()
+        self.rng = rng or random.Random()
         self.inflight: Counter[str] = Counter()
         self._rotation = itertools.count()
+        self.store = StoreClient(cluster)
+
+    @property
+    def max_hops(self) -> int:
+        """Longest call chain accepted."""
+        return self.limits.max_hops
+
+    @property
+    def default_timeout_ms(self) -> int:
+        """Timeout of requests that give none."""
+        return self.limits.default_timeout_ms
 
     def next_tiebreak(self) -> int:
         """A counter that spreads equal-load picks round-robin."""
@@ -74,8 +126,10 @@ class Client:
         """Trace ID shared by the call chain (None for a driver outside any call)."""
         return self.parent.trace_id if self.parent else self._trace_id
 
-    def _envelope(self, kind: MsgType, receiver: str, payload: BaseModel | Mapping[str, Any],
-                  schema: str | None, timeout_ms: int | None, **extra: Any) -> Envelope:
+    # -- building ------------------------------------------------------------------------------
+
+    def _envelope(self, kind: MsgType, receiver: str, payload: Payload, schema: str | None,
+                  timeout_ms: int | None, **extra: Any) -> Envelope:
         parent = self.parent
         fields: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
         if parent is not None:
@@ -84,62 +138,75 @@ class Client:
             check_hops(fields["hops"], receiver, self._link.max_hops)
         elif self._trace_id is not None:
             fields["trace_id"] = self._trace_id
+        now = clock.now()
         if kind is MsgType.NOTIFICATION:
-            return Envelope.notification(self.sender, receiver, payload, schema, **fields)
-        timeout = child_timeout_ms(parent.deadline if parent else None, time.time(), timeout_ms,
+            return Envelope.notification(self.sender, receiver, payload, schema, timestamp=now,
+                                         **fields)
+        timeout = child_timeout_ms(parent.deadline if parent else None, now, timeout_ms,
                                    self._link.default_timeout_ms)
         return Envelope.request(self.sender, receiver, payload, schema, timeout_ms=timeout,
-                                **fields)
+                                timestamp=now, **fields)
 
-    def make_request(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
-                     schema: str | None = None, *, timeout_ms: int | None = None,
-                     session_id: str | None = None, msg_id: str | None = None) -> Envelope:
-        """Builds (without sending) the request :meth:`request` would send.
-
-        A caller that resends the same envelope (same ``msg_id``) after a failure lets the
-        receiver run its handler once (see effectively-once handlers).
-        """
+    def _request_envelope(self, agent_id: str, payload: Payload, schema: str | None = None, *,
+                          timeout_ms: int | None = None, session_id: str | None = None,
+                          msg_id: str | None = None) -> Envelope:
+        """The request :meth:`request` would send (sessions record it before sending it)."""
         return self._envelope(MsgType.REQUEST, agent_id, payload, schema, timeout_ms,
                               session_id=session_id, msg_id=msg_id)
 
-    async def call(self, env: Envelope) -> Envelope:
-        """Sends a request built by :meth:`make_request` and returns its response.
+    # -- by ID ---------------------------------------------------------------------------------
 
-        Raises:
-            ReachError: as for :meth:`request`.
-        """
-        return await self._call(env)
+    @overload
+    async def request(self, agent_id: str, payload: Payload, schema: str | None = None, *,
+                      returns: type[M], timeout_ms: int | None = None,
+                      msg_id: str | None = None) -> Reply[M]: ...
 
-    async def request(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
-                      schema: str | None = None, *, timeout_ms: int | None = None,
-                      msg_id: str | None = None) -> Envelope:
-        """Sends a request to one agent by ID and returns its response envelope.
+    @overload
+    async def request(self, agent_id: str, payload: Payload, schema: str | None = None, *,
+                      returns: None = None, timeout_ms: int | None = None,
+                      msg_id: str | None = None) -> Reply[Any]: ...
 
-        ``msg_id`` names the request; give the same one to a retry of the same request.
+    async def request(self, agent_id: str, payload: Payload, schema: str | None = None, *,
+                      returns: type[BaseModel] | None = None, timeout_ms: int | None = None,
+                      msg_id: str | None = None) -> Reply[Any]:
+        """Sends a request to one agent by ID and returns its reply.
+
+        Args:
+            agent_id: The agent.
+            payload: A registered model, or a mapping with ``schema``.
+            schema: The payload's ``name@MAJOR.MINOR`` (for a mapping).
+            returns: The model to read the reply as (default: the one registered for the
+                reply's schema).
+            timeout_ms: The request's budget (default: the runtime's, never past a parent's).
+            msg_id: The request's ID; give the same one to a retry of the same request (an
+                effectively-once handler then answers it once).
 
         Raises:
             AgentNotFound: no agent has that ID.
-            AgentUnavailable: its host is dead or unreachable (retryable).
+            AgentUnavailable: its host is dead or unreachable, or it is restarting past the
+                deadline (retryable).
             RequestTimeout: no reply before the deadline (retryable).
             LoopDetected: the call would close a cycle or exceed the hop limit.
+            InvalidPayload: the reply does not validate as ``returns``.
             ReachError: the handler's error, typed, with its severity.
         """
-        env = self._envelope(MsgType.REQUEST, agent_id, payload, schema, timeout_ms,
-                             msg_id=msg_id)
-        return await self._call(env)
+        env = self._request_envelope(agent_id, payload, schema, timeout_ms=timeout_ms,
+                                     msg_id=msg_id)
+        return read_reply(await self._send(env), returns)
 
-    async def _call(self, env: Envelope) -> Envelope:
-        started = time.perf_counter()
+    async def _send(self, env: Envelope) -> Envelope:
+        """Sends a built request (resending it while its agent moves); its reply envelope."""
+        started = clock.monotonic()
         outcome = "error"
         try:
-            reply = await self._call_once(env)
+            reply = await self._send_once(env)
             outcome = "ok"
             return reply
         finally:
-            metrics.observe("reach_request_latency_seconds", time.perf_counter() - started,
+            metrics.observe("reach_request_latency_seconds", clock.monotonic() - started,
                             outcome=outcome)
 
-    async def _call_once(self, env: Envelope) -> Envelope:
+    async def _send_once(self, env: Envelope) -> Envelope:
         link = self._link
         link.inflight[env.receiver] += 1
         try:
@@ -153,15 +220,15 @@ class Client:
                     pending = link.transport.expect(env, endpoint)
                     link.transport.post(endpoint, env)
                     assert pending.future is not None
-                    reply = await _until(pending.future, env)
+                    reply: Envelope = await _until(pending.future, env)
                 except StaleRoute:
                     # Not delivered (the host no longer has the agent, or is gone before the
                     # envelope left): resolving again and resending is safe. The agent may be
                     # between hosts for a moment (a restart the registry has not heard of yet):
                     # after the first resend, wait a little longer each time, up to the deadline.
                     link.directory.drop(env.receiver)
-                    delay = 0.0 if attempt == 0 else min(0.02 * 2 ** (attempt - 1), 0.25)
-                    left = env.remaining_ms(time.time())
+                    delay = 0.0 if attempt == 0 else poll_delay(attempt - 1, link.rng)
+                    left = env.remaining_ms(clock.now())
                     if attempt == MAX_RESENDS or (left is not None and left <= delay * 1000):
                         raise AgentUnavailable(
                             f"agent {env.receiver!r} moved while being called and was not "
@@ -177,16 +244,38 @@ class Client:
                     link.transport.forget(env.msg_id)
                 if reply.msg_type is MsgType.ERROR:
                     raise reply.to_error()
-                result: Envelope = reply
-                return result
+                return reply
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
             link.inflight[env.receiver] -= 1
 
-    async def ask(self, capability: str, payload: BaseModel | Mapping[str, Any],
-                  schema: str | None = None, *, text: str | None = None,
-                  timeout_ms: int | None = None) -> Envelope:
+    def _dead_letter(self, env: Envelope, error: ReachError) -> None:
+        self._link.directory.dead_letter([env], error)
+
+    # -- by capability -------------------------------------------------------------------------
+
+    @overload
+    async def request_capability(self, capability: str, payload: Payload,
+                                 schema: str | None = None, *, returns: type[M],
+                                 text: str | None = None, timeout_ms: int | None = None,
+                                 ) -> Reply[M]: ...
+
+    @overload
+    async def request_capability(self, capability: str, payload: Payload,
+                                 schema: str | None = None, *, returns: None = None,
+                                 text: str | None = None, timeout_ms: int | None = None,
+                                 ) -> Reply[Any]: ...
+
+    async def request_capability(self, capability: str, payload: Payload,
+                                 schema: str | None = None, *,
+                                 returns: type[BaseModel] | None = None, text: str | None = None,
+                                 timeout_ms: int | None = None) -> Reply[Any]:
         """Sends a request to the least-loaded online holder of a capability.
+
+        Args:
+            capability: A tag (``order.query``), a parent tag (``order``) or a separator
+                variant (``order_query``).
+            text: Words that rank holders by their descriptions.
 
         Raises:
             NoCapableAgent: nobody online holds the capability (names the closest tags).
@@ -194,52 +283,62 @@ class Client:
         """
         holders = await self._link.directory.holders(capability, text)
         (picked,) = _pick(self._link, holders, 1)
-        return await self.request(picked.agent_id, payload, schema, timeout_ms=timeout_ms)
+        return await self.request(picked.agent_id, payload, schema, returns=returns,
+                                  timeout_ms=timeout_ms)
 
-    def _dead_letter(self, env: Envelope, error: ReachError) -> None:
-        self._link.directory.dead_letter([env], error)
-
-    async def request_capability(
-        self, capability: str, payload: BaseModel | Mapping[str, Any], schema: str | None = None,
-        *, fanout_limit: int = 1, text: str | None = None, timeout_ms: int | None = None,
-    ) -> list[Envelope | ReachError]:
+    async def fanout(self, capability: str, payload: Payload, schema: str | None = None, *,
+                     fanout_limit: int, returns: type[BaseModel] | None = None,
+                     text: str | None = None, timeout_ms: int | None = None,
+                     ) -> list[Reply[Any] | ReachError]:
         """Sends a request to the ``fanout_limit`` least-loaded online holders of a capability.
 
         Returns the replies in the order of the agents picked; a failed agent's place holds its
-        typed error (use :meth:`ask` for one agent, with its error raised).
+        typed error.
 
         Raises:
+            ProtocolError: ``fanout_limit`` is below 1.
             NoCapableAgent: nobody online holds the capability (names the closest tags).
         """
         holders = await self._link.directory.holders(capability, text,
                                                      max(PICK_FROM, fanout_limit))
         picked = _pick(self._link, holders, fanout_limit)
-        return await self._gather(picked, payload, schema, timeout_ms)
+        return await self._gather(picked, payload, schema, returns, timeout_ms)
 
-    async def broadcast(self, capability: str, payload: BaseModel | Mapping[str, Any],
-                        schema: str | None = None, *, timeout_ms: int | None = None,
-                        ) -> list[Envelope | ReachError]:
+    async def broadcast(self, capability: str, payload: Payload, schema: str | None = None, *,
+                        returns: type[BaseModel] | None = None, timeout_ms: int | None = None,
+                        ) -> list[Reply[Any] | ReachError]:
         """Sends a request to every online holder of a capability; gathers replies and errors.
 
         Raises:
             NoCapableAgent: nobody online holds the capability.
         """
         holders = await self._link.directory.holders(capability, limit=None)
-        return await self._gather(holders, payload, schema, timeout_ms)
+        return await self._gather(holders, payload, schema, returns, timeout_ms)
 
-    async def _gather(self, agents: list[AgentInfo], payload: BaseModel | Mapping[str, Any],
-                      schema: str | None, timeout_ms: int | None) -> list[Envelope | ReachError]:
-        calls = [self.request(a.agent_id, payload, schema, timeout_ms=timeout_ms) for a in agents]
+    async def _gather(self, agents: list[AgentRecord], payload: Payload, schema: str | None,
+                      returns: type[BaseModel] | None, timeout_ms: int | None,
+                      ) -> list[Reply[Any] | ReachError]:
+        calls = [self.request(a.agent_id, payload, schema, returns=returns,
+                              timeout_ms=timeout_ms) for a in agents]
         results = await asyncio.gather(*calls, return_exceptions=True)
-        out: list[Envelope | ReachError] = []
+        out: list[Reply[Any] | ReachError] = []
         for res in results:
             if isinstance(res, BaseException) and not isinstance(res, ReachError):
                 raise res
             out.append(res)
         return out
 
-    async def notify(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
-                     schema: str | None = None) -> None:
+    async def discover(self, capability: str, text: str | None = None) -> list[AgentRecord]:
+        """Online holders of a capability, best first.
+
+        Raises:
+            NoCapableAgent: nobody online holds it.
+        """
+        return list(await self._link.directory.holders(capability, text, limit=None))
+
+    # -- one way, and streams ------------------------------------------------------------------
+
+    async def notify(self, agent_id: str, payload: Payload, schema: str | None = None) -> None:
         """Sends a notification (no reply) to one agent by ID.
 
         A notification that cannot be handed over, now or after it left, is kept as a dead
@@ -250,27 +349,29 @@ class Client:
             AgentUnavailable: it is offline, or its host is gone.
         """
         env = self._envelope(MsgType.NOTIFICATION, agent_id, payload, schema, None)
+        directory = self._link.directory
         try:
-            endpoint = await self._link.directory.route(agent_id, time.time() + NOTIFY_HOLD_S)
+            endpoint = await directory.route(agent_id, clock.now() + NOTIFY_HOLD_S)
         except AgentUnavailable as exc:
             self._dead_letter(env, exc)
             raise
         try:
             self._link.transport.post(endpoint, env)
         except AgentUnavailable:  # a cached route to a host that is gone: resolve once more
-            self._link.directory.drop(agent_id)
+            directory.drop(agent_id)
             try:
-                self._link.transport.post(await self._link.directory.route(agent_id), env)
+                self._link.transport.post(await directory.route(agent_id), env)
             except AgentUnavailable as exc:
                 self._dead_letter(env, exc)
                 raise
 
-    async def stream(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
-                     schema: str | None = None, *, timeout_ms: int | None = None,
-                     ) -> AsyncIterator[Envelope]:
+    async def stream(self, agent_id: str, payload: Payload, schema: str | None = None, *,
+                     returns: type[BaseModel] | None = None, timeout_ms: int | None = None,
+                     ) -> AsyncIterator[Reply[Any]]:
         """Requests a streamed reply and yields its chunks as they arrive.
 
         Raises:
+            AgentUnavailable: the agent moved or died mid-stream (retry the stream).
             RequestTimeout: the deadline passed before the stream ended.
             ReachError: an error mid-stream, after the chunks already sent.
         """
@@ -296,57 +397,59 @@ class Client:
                     raise item.to_error()
                 if item.msg_type is MsgType.RESPONSE and item.payload_schema == STREAM_END_SCHEMA:
                     return
-                yield item
+                yield read_reply(item, returns)
         finally:
             transport.forget(env.msg_id)
 
-    async def discover(self, capability: str, text: str | None = None) -> list[AgentInfo]:
-        """Online holders of a capability, best first.
 
-        Raises:
-            NoCapableAgent: nobody online holds it.
-        """
-        return list(await self._link.directory.holders(capability, text, limit=None))
+def read_reply(env: Envelope, returns: type[BaseModel] | None = None) -> Reply[Any]:
+    """A reply envelope as a :class:`Reply`: its payload read as ``returns``, else as the model
+    registered for its schema (any minor of the same major), else as a dict.
 
-
-class Context(Client):
-    """A handler's view of the request it handles, and its way to call other agents."""
-
-    parent: Envelope
-
-    def __init__(self, link: Link, agent_id: str, request: Envelope) -> None:
-        super().__init__(link, agent_id, request)
-
-    @property
-    def agent_id(self) -> str:
-        """ID of the agent handling the request."""
-        return self.sender
-
-    @property
-    def request_envelope(self) -> Envelope:
-        """The envelope being handled."""
-        return self.parent
-
-    @property
-    def deadline(self) -> float | None:
-        """Deadline of the request being handled (epoch seconds)."""
-        return self.parent.deadline
-
-    def remaining_ms(self) -> float | None:
-        """Milliseconds left before the deadline (None for a notification)."""
-        return self.parent.remaining_ms(time.time())
-
-    @property
-    def session(self) -> Any:
-        """The :class:`~reach.sessions.Session` the request belongs to, or None."""
-        if self.parent.session_id is None:
-            return None
-        from reach.sessions import Session
-
-        return Session(self.parent.session_id, {})
+    Raises:
+        InvalidPayload: the payload does not validate as the model.
+        SchemaIncompatible: ``returns`` reads another schema (name or major).
+    """
+    if returns is not None:
+        declared = env.payload_schema or ""
+        reader = schema_registry.ref_of(returns)
+        return Reply(schema_registry.read(env.payload, declared, reader), env)
+    reader_ref = _reader_of(env.payload_schema)
+    if reader_ref is None:
+        return Reply(dict(env.payload), env)
+    try:
+        return Reply(schema_registry.read(env.payload, env.payload_schema or "", reader_ref), env)
+    except (InvalidPayload, SchemaIncompatible):
+        raise
+    except UnknownSchema:  # pragma: no cover - a reader found above is registered
+        return Reply(dict(env.payload), env)
 
 
-def _pick(link: Link, holders: list[AgentInfo], k: int) -> list[AgentInfo]:
+def _reader_of(declared: str | None) -> str | None:
+    """The registered ref that reads ``declared``: itself, or the newest minor of its major."""
+    if not declared:
+        return None
+    cached = _READERS.get(declared)
+    if cached is not None or declared in _READERS:
+        return cached
+    try:
+        got = SchemaRef.parse(declared)
+    except ReachError:
+        return None
+    same = [SchemaRef.parse(r) for r in schema_registry.refs()]
+    fits = sorted((r for r in same if r.name == got.name and r.major == got.major),
+                  key=lambda r: r.minor)
+    found = str(got) if got in fits else (str(fits[-1]) if fits else None)
+    if found is not None:  # an unknown schema may be registered later: not cached
+        _READERS[declared] = found
+    return found
+
+
+# Declared ref -> the registered ref that reads it (schemas are registered, never removed).
+_READERS: dict[str, str | None] = {}
+
+
+def _pick(link: Link, holders: list[AgentRecord], k: int) -> list[AgentRecord]:
     if k < 1:
         raise ProtocolError(f"fanout_limit must be at least 1, got {k}")
     by_id = {h.agent_id: h for h in holders}
@@ -355,11 +458,11 @@ def _pick(link: Link, holders: list[AgentInfo], k: int) -> list[AgentInfo]:
     return [by_id[c.agent_id] for c in chosen]
 
 
-async def _until(future: asyncio.Future[Any], env: Envelope) -> Any:
+async def _until(future: asyncio.Future[Envelope], env: Envelope) -> Envelope:
     # Only for plain futures (a Task cannot take set_exception): streams use _next_chunk.
     # A timer on the future itself, not asyncio.wait_for: wait_for wraps the future in a task,
     # which costs a loop iteration per reply and splits the next outbox batch.
-    left = env.remaining_ms(time.time())
+    left = env.remaining_ms(clock.now())
     if left is None:
         return await future
     timer = asyncio.get_running_loop().call_later(max(left, 0) / 1000, _expire, future)
@@ -375,8 +478,9 @@ async def _until(future: asyncio.Future[Any], env: Envelope) -> Any:
         timer.cancel()
 
 
-async def _next_chunk(chunks: asyncio.Queue[Any], env: Envelope) -> Any:
-    left = env.remaining_ms(time.time())
+async def _next_chunk(chunks: asyncio.Queue[Envelope | BaseException],
+                      env: Envelope) -> Envelope | BaseException:
+    left = env.remaining_ms(clock.now())
     try:
         return await asyncio.wait_for(chunks.get(), None if left is None else max(left, 0) / 1000)
     except TimeoutError:
@@ -390,6 +494,9 @@ class _Expired(Exception):
     """Set on a pending future when its deadline passes."""
 
 
-def _expire(future: asyncio.Future[Any]) -> None:
+def _expire(future: asyncio.Future[Envelope]) -> None:
     if not future.done():
         future.set_exception(_Expired())
+
+
+__all__ = ["DEFAULT_MAX_HOPS", "Client", "Link", "Reply", "read_reply"]

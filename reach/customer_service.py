@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from reach.agent import Agent, Dedicated, Packed, handler
-from reach.client import Context
+from reach.context import Context
 from reach.runtime import Runtime
 from reach.schemas import schema
 
@@ -81,8 +81,8 @@ class RouterAgent(Agent):
     @handler(Question, returns=Answer)
     async def route(self, ctx: Context, q: Question) -> Answer:
         capability = classify(q.text)
-        reply = await ctx.ask(capability, q)
-        answer = Answer.model_validate(reply.payload)
+        reply = await ctx.request_capability(capability, q, returns=Answer)
+        answer = reply.value
         return answer.model_copy(update={"capability": capability,
                                          "path": [self.id, answer.answered_by]})
 
@@ -172,11 +172,11 @@ async def run(rt: Runtime, say: Callable[[str], None] = print) -> list[Answer]:
             f"{info.status} epoch={info.epoch}")
     answers = []
     for q in QUESTIONS:
-        reply = await rt.client.request("router-1", q)
-        a = Answer.model_validate(reply.payload)
+        reply = await rt.client.request("router-1", q, returns=Answer)
+        a = reply.value
         answers.append(a)
         say(f"\n[{q.customer}] {q.text}")
         say(f"  {rt.client.sender} -> {' -> '.join(a.path)} via {a.capability}"
-            f"  trace={reply.trace_id[:12]}")
+            f"  trace={(reply.envelope.trace_id or '')[:12]}")
         say(f"  {a.answered_by}: {a.text}")
     return answers

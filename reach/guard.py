@@ -1,15 +1,15 @@
 """Security settings of a deployment, and the guard that applies them in one process.
 
-A deployment's settings (:class:`SecurityConfig`) travel to every reach process in one
-environment variable, ``REACH_SECURITY``, which :func:`reach.init` puts in the Ray job's runtime
-environment, so the registry, the session store, the hosts and the supervisors a driver starts all
-read the same settings. The keyring itself never travels: the variable names its file, which the
-operator places on every node (``ray up`` copies it with ``file_mounts``); an embedded deployment
-generates one under ``.reach/`` the first time.
+A deployment's settings (:class:`SecurityConfig`) travel with the cluster handle
+(:class:`reach.cluster.Cluster`) that every reach process is started with, so the registry, the
+session store, the hosts and the supervisors a driver starts all hold the same settings,
+explicitly. The keyring itself never travels: the settings name its file, which the operator
+places at the same path on every node (``ray up`` copies it with ``file_mounts``); an embedded
+deployment generates one under ``.reach/`` the first time.
 
-Each process builds its :class:`Guard` once (:func:`process_guard`): the codec signs and verifies
-envelopes with it, encrypts and decrypts payloads, the hosts check the ACL with it, and the
-registry verifies registrations and heartbeats.
+Each process builds its :class:`Guard` once per settings (:func:`guard_for`): the codec signs and
+verifies envelopes with it, encrypts and decrypts payloads, the hosts check the ACL with it, and
+the registry verifies registrations and heartbeats.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from reach.security import REPLAY_WINDOW_S, Cipher, Keyring, Signature, Signer, 
 
 log = logging.getLogger("reach.guard")
 
-#: The environment variable holding a process's security settings (JSON).
-ENV = "REACH_SECURITY"
 #: Session IDs that start with this are encrypted sessions: every process can tell from the
 #: (signed) ID alone, and a payload of one that arrives in clear is refused.
 ENCRYPTED_SESSION_PREFIX = "enc-"
@@ -64,29 +62,6 @@ class SecurityConfig:
         if self.window_s <= 0:
             raise ConfigError(f"window_s must be positive, got {self.window_s}",
                               details={"setting": "window_s"})
-
-    def to_env(self) -> str:
-        """The settings as the value of :data:`ENV`."""
-        return json.dumps({
-            "sign": self.sign, "encrypt": self.encrypt, "keyring": self.keyring,
-            "audit_calls": self.audit_calls, "window_s": self.window_s,
-        })
-
-    @classmethod
-    def from_env(cls, raw: str) -> SecurityConfig:
-        """Reads the value of :data:`ENV`.
-
-        Raises:
-            ConfigError: it is not what :meth:`to_env` writes.
-        """
-        try:
-            data = json.loads(raw)
-            return cls(sign=bool(data["sign"]), encrypt=bool(data["encrypt"]),
-                       keyring=data["keyring"], audit_calls=bool(data["audit_calls"]),
-                       window_s=float(data["window_s"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{ENV} does not hold reach security settings: {exc}",
-                              details={"setting": ENV}) from exc
 
 
 def acl_to_doc(acl: Acl) -> dict[str, Any]:
@@ -245,26 +220,17 @@ def open_call(guard: Guard | None, principal: str, data: bytes, sig: Any) -> Any
     return msgpack.unpackb(data, raw=False, strict_map_key=True)
 
 
-# This process's guard, keyed by the settings it was built from.
-_process: dict[str | None, Guard | None] = {}
+# The guards of this process, one per deployment's settings (a guard keeps replay state).
+_guards: dict[SecurityConfig, Guard | None] = {}
 
 
-def process_guard() -> Guard | None:
-    """This process's guard, from :data:`ENV` (None when signing is off or nothing is set)."""
-    raw = os.environ.get(ENV)
-    if raw in _process:
-        return _process[raw]
-    guard = None
-    if raw:
-        config = SecurityConfig.from_env(raw)
-        if config.sign:
-            guard = Guard(config, Keyring.load(config.keyring or DEFAULT_KEYRING))
-    _process.clear()
-    _process[raw] = guard
-    return guard
+def guard_for(config: SecurityConfig) -> Guard | None:
+    """This process's guard for a deployment's settings (None when signing is off); built once.
 
-
-def install(config: SecurityConfig) -> Guard | None:
-    """Makes ``config`` this process's settings; returns its guard."""
-    os.environ[ENV] = config.to_env()
-    return process_guard()
+    Raises:
+        AuthError: the keyring file is missing or unreadable.
+    """
+    if config not in _guards:
+        _guards[config] = (Guard(config, Keyring.load(config.keyring or DEFAULT_KEYRING))
+                           if config.sign else None)
+    return _guards[config]

@@ -20,6 +20,8 @@ DEDICATED_PREFIX = "reach.host."
 POOL_PREFIX = "reach.pool."
 
 
+#: Prefix of a driver's reply inbox.
+INBOX_PREFIX = "reach.inbox."
 #: Prefix of a driver's client ID (the sender of what a driver sends).
 DRIVER_PREFIX = "driver:"
 #: Prefix of supervisor names.

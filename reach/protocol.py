@@ -32,7 +32,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from reach.errors import ErrorInfo, ProtocolError, ReachError, error_from_info
-from reach.schemas import is_schema_ref, registry
+from reach.schemas import is_schema_ref, schema_registry
 
 #: Schema of the (empty) payload of error envelopes.
 ERROR_SCHEMA = "reach.error@1.0"
@@ -267,7 +267,7 @@ class Envelope(BaseModel):
 
 def _body(payload: BaseModel | Mapping[str, Any], schema: str | None) -> tuple[dict[str, Any], str]:
     if isinstance(payload, BaseModel):
-        return payload.model_dump(mode="python"), schema or registry.ref_of(type(payload))
+        return payload.model_dump(mode="python"), schema or schema_registry.ref_of(type(payload))
     return dict(payload), schema or ""
 
 

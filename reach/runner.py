@@ -1,16 +1,15 @@
 """Running one delivered envelope through an agent's handler, and replying.
 
-This is the part of a host that knows about agents and handlers but not about Ray: the host actor
-decodes frames and calls :meth:`AgentRunner.deliver`; replies leave through the process's
-transport. A handler's exception never kills its agent: a ReachError keeps its severity, anything
-else becomes a retryable HandlerError naming the exception's type and message.
+This is the part of a host that knows about agents and handlers: the host decodes frames and
+calls :meth:`AgentRunner.deliver`; replies leave through the process's transport. A handler's
+exception never kills its agent: a ReachError keeps its severity, anything else becomes a
+retryable HandlerError naming the exception's type and message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +17,10 @@ from pydantic import BaseModel
 
 from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
+from reach import clock
 from reach.agent import Agent, HandlerSpec
-from reach.client import Client, Context, Link
+from reach.client import Client, Link
+from reach.context import Context
 from reach.errors import (
     AgentUnavailable,
     HandlerError,
@@ -29,16 +30,8 @@ from reach.errors import (
     TaskCancelled,
 )
 from reach.protocol import Envelope, MsgType
-from reach.schemas import registry
-from reach.sessions import (
-    CANCEL_SCHEMA,
-    LIMITS_SCHEMA,
-    cancel,
-    finish,
-    limits_payload,
-    store,
-    stored,
-)
+from reach.schemas import schema_registry
+from reach.sessions import CANCEL_SCHEMA, LIMITS_SCHEMA, cancel, finish, limits_payload
 from reach.transport import STREAM_END_SCHEMA
 
 log = logging.getLogger("reach.runner")
@@ -91,8 +84,8 @@ class AgentRunner:
         self._tasks: dict[asyncio.Task[None], Envelope] = {}
         self._cancelled: dict[asyncio.Task[None], ReachError] = {}
         for ref, model in type(agent).schema_models().items():
-            if ref not in registry.refs():
-                registry.register(ref, model)
+            if ref not in schema_registry.refs():
+                schema_registry.register(ref, model)
 
     def deliver(self, env: Envelope, sink: ReplySink) -> asyncio.Task[None] | None:
         """Starts handling a request or notification; refusals are replied at once.
@@ -104,7 +97,7 @@ class AgentRunner:
             return None
         try:
             check_hops(env.hops, self.agent.id, self.link.max_hops)
-            left = env.remaining_ms(time.time())
+            left = env.remaining_ms(clock.now())
             if left is not None and left <= 0:
                 raise RequestTimeout(
                     f"request reached {self.agent.id!r} {-left:.0f} ms after its deadline",
@@ -158,7 +151,7 @@ class AgentRunner:
         ctx = Context(self.link, self.agent.id, env)
         # A stream's chunks, end and error all take the same (ordered) path.
         send = sink.push if spec.streaming else sink.send
-        left = env.remaining_ms(time.time())
+        left = env.remaining_ms(clock.now())
         try:
             async with asyncio.timeout(None if left is None else left / 1000):
                 await self._invoke(spec, ctx, message, env, sink)
@@ -208,13 +201,13 @@ class AgentRunner:
                    if e.msg_id == env.msg_id and t is not asyncio.current_task()]
         if earlier:  # the same request is running here already: wait for its recorded reply
             await asyncio.wait(earlier)
-        handle = store()
-        recorded = await stored(handle.reply_for.remote(env.msg_id))
+        store = self.link.store.port
+        recorded = await store.reply_for(env.msg_id)
         if recorded is not None:
             return env.reply(recorded["payload"], recorded["schema"], sender=self.agent.id)
         reply = self._reply(env, spec, await fn(ctx, message))
-        await stored(handle.record_reply.remote(env.msg_id, self.agent.id, dict(reply.payload),
-                                                reply.payload_schema))
+        await store.record_reply(env.msg_id, self.agent.id, dict(reply.payload),
+                                 reply.payload_schema or "")
         return reply
 
     async def recover(self) -> int:
@@ -224,26 +217,25 @@ class AgentRunner:
         ``on_recovered`` hook hears the outcome.
         """
         try:
-            handle = store()
-            pending = await handle.pending_for.remote(self.agent.id)
-        except Exception as exc:  # no store, or it is restarting: nothing to recover now
+            pending = await self.link.store.port.pending_for(self.agent.id)
+        except ReachError as exc:  # no store, or it is restarting: nothing to recover now
             log.warning("could not read the pending requests of %s: %s", self.agent.id, exc)
             return 0
         client = Client(self.link, self.agent.id)
         for rec in pending:
             env = Envelope.parse(rec["envelope"])
-            action = recover(type(self.agent).pending_policy, rec["deadline"], time.time())
+            action = recover(type(self.agent).pending_policy, rec["deadline"], clock.now())
             reply: Envelope | None = None
             error: ReachError | None = None
             if action is PendingAction.RESEND:
                 try:
-                    reply = await finish(handle, client, env)
+                    reply = await finish(client, env)
                 except ReachError as exc:
                     error = exc
             else:
                 error = TaskCancelled(f"agent {self.agent.id!r} restarted and cancelled it",
                                       details={"request_id": env.msg_id})
-                await cancel(handle, client, env, error)
+                await cancel(client, env, error)
             try:
                 await self.agent.on_recovered(env, reply, error)
             except Exception:

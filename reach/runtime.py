@@ -1,35 +1,30 @@
-"""Starting reach: ``reach.init()`` connects to (or starts) Ray and finds the system actors.
+"""Starting reach: :func:`init` starts or joins Ray and finds (or starts) reach's processes.
 
-This module is the one seam between the SDK and ``actors/``: it imports the actor classes inside
-the functions that need them, so that a Ray worker importing ``actors.host`` never imports this
-module's callers in a cycle.
+A :class:`Runtime` is a driver's handle on a deployment. It talks to the cluster only through
+:class:`reach.cluster.Cluster`; :func:`init` builds the Ray one (:mod:`reach._ray`), and a test
+passes :class:`reach.testing.FakeCluster` to :class:`Runtime` directly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-import ray
-from ray.exceptions import RayActorError, RayError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from policies.acl import Acl
 from policies.sessions import Terms
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
-from reach.directory import AgentInfo, Directory
+from reach.cluster import CallLimits, Cluster, InboxPort
+from reach.directory import Directory
 from reach.errors import (
-    AgentAlreadyExists,
     AgentNotFound,
     AgentUnavailable,
+    AuthError,
     ConfigError,
     ReachError,
 )
@@ -37,26 +32,23 @@ from reach.guard import (
     ENCRYPTED_SESSION_PREFIX,
     SecurityConfig,
     acl_to_doc,
-    install,
     load_acl,
     resolve_keyring,
     signed_call,
 )
-from reach.guard import ENV as SECURITY_ENV
 from reach.metrics import metrics
 from reach.names import (
     DEFAULT_SESSIONS,
     DRIVER_PREFIX,
-    NAMESPACE,
-    REGISTRY_NAME,
+    INBOX_PREFIX,
     SESSION_RESOURCE,
-    STORE_NAME,
     is_dedicated,
     supervisor_name,
 )
 from reach.protocol import new_id
-from reach.sessions import LIMITS_SCHEMA, Session
-from reach.spawner import Spawner, unwrap
+from reach.records import AgentRecord, DeadLetter
+from reach.sessions import Session, find_session, open_session
+from reach.spawner import Spawner
 from reach.supervision import SupervisorRef, SupervisorSpec
 from reach.transport import Transport
 
@@ -64,28 +56,42 @@ log = logging.getLogger("reach.runtime")
 
 
 class Runtime:
-    """A driver's handle on reach: spawn agents, talk to them, inspect the registry.
+    """A driver's handle on reach: spawn agents, supervise them, talk to them, open sessions.
 
-    Created by :func:`init`; use :attr:`client` (or the shortcuts) to send.
+    Created by :func:`init` (on Ray), or directly on a :class:`~reach.cluster.Cluster` (a test's
+    :class:`~reach.testing.FakeCluster`). Send with :attr:`client`. Close it with
+    ``await rt.close()`` (or ``async with``), which lets what this driver sent leave first.
+
+    Args:
+        cluster: Where the processes are.
+        limits: Hop limit and default timeout of this driver's requests and of the hosts and
+            supervisors it starts.
+        owns_ray: This driver started the Ray it runs on (it goes when the driver does).
     """
 
-    def __init__(self, registry: Any, inbox: Any, inbox_name: str, *, max_hops: int,
-                 default_timeout_ms: int, store: Any, owns_ray: bool = False) -> None:
-        self.registry = registry
-        self.store = store
-        self.driver_id = inbox_name.removeprefix("reach.inbox.")
-        self.directory = Directory(registry)
-        self.transport = Transport(inbox_name, NAMESPACE,
+    def __init__(self, cluster: Cluster, limits: CallLimits | None = None, *,
+                 owns_ray: bool = False) -> None:
+        self.cluster = cluster
+        self.limits = limits or CallLimits()
+        self.driver_id = secrets.token_hex(6)
+        inbox_name = f"{INBOX_PREFIX}{self.driver_id}"
+        self._inbox: InboxPort = cluster.start_inbox(inbox_name)
+        self.directory = Directory(cluster.registry())
+        self.transport = Transport(inbox_name, cluster,
                                    on_dead_endpoint=self.directory.drop_endpoint,
                                    on_expect=self._ensure_polling,
                                    on_undelivered=self.directory.dead_letter)
-        self.transport.remember(inbox_name, inbox)
-        self.link = Link(self.transport, self.directory, default_timeout_ms, max_hops)
+        self.link = Link(cluster, self.transport, self.directory, self.limits)
         self.client = Client(self.link, f"{DRIVER_PREFIX}{self.driver_id}")
-        self._inbox = inbox
         self._poller: asyncio.Task[None] | None = None
-        self.owns_ray = owns_ray  # this driver started the Ray it runs on
-        self.spawner = Spawner(registry, self.transport, max_hops, default_timeout_ms)
+        self.owns_ray = owns_ray
+        self.spawner = Spawner(cluster, self.limits)
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     def _ensure_polling(self) -> None:
         if self._poller is None or self._poller.done():
@@ -97,58 +103,62 @@ class Runtime:
         A frame that cannot be read is logged and skipped; an inbox that died (its node went)
         fails every waiting request with AgentUnavailable instead of leaving it to time out.
         """
+        failures = 0
         while True:
             try:
-                frames = await self._inbox.take.remote()
-            except RayActorError as exc:
-                log.exception("this driver's inbox is gone")
+                frames = await self._inbox.take()
+                failures = 0
+            except AgentUnavailable as exc:
+                failures += 1
+                if failures < 3:  # a transient failure of the call: try again shortly
+                    log.warning("taking replies from the inbox failed: %s", exc)
+                    await asyncio.sleep(0.1)
+                    continue
+                log.error("this driver's inbox is gone: %s", exc)  # noqa: TRY400 - no traceback
                 gone = AgentUnavailable(
-                    f"this driver's reply inbox died: {type(exc).__name__}",
+                    f"this driver's reply inbox died: {exc.message}",
                     suggestion="start a new runtime (reach.init) to receive replies again")
                 for pending in list(self.transport.pending.values()):
                     pending.settle(gone)
                 self.transport.pending.clear()
                 return
-            except RayError as exc:  # a transient failure of the call: try again shortly
-                log.warning("taking replies from the inbox failed: %s", exc)
-                await asyncio.sleep(0.1)
-                continue
             for frame in frames:
                 try:
                     self.transport.accept_frame(frame)
                 except ReachError as exc:
                     log.warning("skipped an unreadable reply frame: %s", exc)
 
-    # -- spawning ------------------------------------------------------------------------------
+    # -- agents --------------------------------------------------------------------------------
 
     async def spawn(self, cls: type[Agent], agent_id: str, *, placement: Placement | None = None,
-                    args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> AgentInfo:
+                    args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+                    ) -> AgentRecord:
         """Starts an agent and registers it; returns its registry record.
 
         Raises:
             AgentAlreadyExists: an agent with that ID is live.
             UnknownSchema: a handler reads a model that is not registered.
         """
-        infos = await self.spawn_many(cls, [agent_id], placement=placement, args=args,
-                                      kwargs=kwargs)
-        return infos[0]
+        records = await self.spawn_many(cls, [agent_id], placement=placement, args=args,
+                                        kwargs=kwargs)
+        return records[0]
 
     async def spawn_many(self, cls: type[Agent], agent_ids: Sequence[str], *,
                          placement: Placement | None = None, args: Sequence[Any] = (),
-                         kwargs: dict[str, Any] | None = None) -> list[AgentInfo]:
+                         kwargs: dict[str, Any] | None = None) -> list[AgentRecord]:
         """Starts several agents of one class (packed agents spread over the pool's hosts).
 
         Raises:
             AgentAlreadyExists: an ID is live.
+            AgentUnavailable: a placement requires resources no live node has.
             Exception: what an agent's constructor or ``on_start`` raised.
         """
         self._ensure_polling()
-        entries = await self.spawner.spawn(cls, agent_ids, placement or Dedicated(), args,
+        records = await self.spawner.spawn(cls, agent_ids, placement or Dedicated(), args,
                                            kwargs)
-        infos = [AgentInfo.from_record({**e, "status": "online", "load": 0}) for e in entries]
-        for info in infos:
-            self.directory.learn(info)
-        return infos
+        for record in records:
+            self.directory.learn(record)
+        return records
 
     async def stop(self, agent_id: str, timeout_s: float = 5.0) -> None:
         """Stops one agent: deregistered first, in-flight requests finish, then it is dropped.
@@ -156,48 +166,53 @@ class Runtime:
         Raises:
             AgentNotFound: no agent has that ID.
         """
-        rec = await self.registry.lookup.remote(agent_id)
-        if rec is None:
+        rec = await self.cluster.registry().lookup(agent_id)
+        if rec is None or not rec.host:
             raise AgentNotFound(f"no agent {agent_id!r} is registered",
                                 details={"agent_id": agent_id})
-        host = self.transport.handle(rec["host"])
-        await host.remove_agents.remote([agent_id], timeout_s)
+        host = self.cluster.host(rec.host)
+        await host.remove_agents([agent_id], timeout_s)
         self.directory.drop(agent_id)
-        if is_dedicated(rec["host"]):
-            await host.stop.remote(timeout_s)
-            ray.kill(host)
+        if is_dedicated(rec.host):
+            await host.stop(timeout_s)
+            self.cluster.kill(host)
+
+    async def agents(self) -> list[AgentRecord]:
+        """Every registered agent."""
+        return await self.cluster.registry().agents()
+
+    async def dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
+        """Messages that could not be delivered, with their reasons, oldest first."""
+        return await self.cluster.registry().dead_letters(limit)
+
+    # -- supervision ---------------------------------------------------------------------------
 
     async def supervise(self, spec: SupervisorSpec) -> SupervisorRef:
-        """Starts a supervision tree (its root is this spec) and returns its handle.
+        """Starts a supervision tree (its root is this spec, on this driver's node) and returns
+        its handle.
 
         Raises:
             AgentAlreadyExists: a supervisor with that name, or a child ID, is already live.
             Exception: a child failed to start (what its constructor raised).
         """
-        from actors.supervisor import Supervisor
-
         self._ensure_polling()
-        name = supervisor_name(spec.name)
-        sup_cls: Any = Supervisor
+        port = self.cluster.start_supervisor(spec, None, self.limits, self.cluster.node_id())
         try:
-            # On this driver's node (alive while the driver runs): Ray ignores soft affinity for
-            # an actor that asks for no CPU, and a root placed at random dies with any node.
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
-                                                  soft=False)
-            handle = sup_cls.options(name=name, namespace=NAMESPACE, max_concurrency=10_000,
-                                     lifetime="detached", num_cpus=0,
-                                     scheduling_strategy=here).remote(
-                spec, self.registry, None, self.link.max_hops, self.link.default_timeout_ms)
-        except ValueError as exc:
-            raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
-                                     details={"supervisor": spec.name}) from exc
-        try:
-            await handle.start.remote()
-        except Exception as exc:
-            ray.kill(handle)
-            raise unwrap(exc) from None
-        self.transport.remember(name, handle)
-        return SupervisorRef(handle, spec.name, root=True)
+            await port.start()
+        except Exception:
+            self.cluster.kill(port)
+            raise
+        return SupervisorRef(port, spec.name, root=True, cluster=self.cluster)
+
+    def find_supervisor(self, name: str) -> SupervisorRef:
+        """A running supervisor by name.
+
+        Raises:
+            AgentNotFound: no supervisor of that name is running.
+        """
+        return SupervisorRef(self.cluster.supervisor(supervisor_name(name)), name)
+
+    # -- sessions ------------------------------------------------------------------------------
 
     async def open_session(self, initiator: str, responder: str, terms: Terms | None = None,
                            *, session_id: str | None = None, encrypt: bool = False) -> Session:
@@ -219,31 +234,17 @@ class Runtime:
                                   details={"setting": "encrypt"})
             if not sid.startswith(ENCRYPTED_SESSION_PREFIX):
                 sid = ENCRYPTED_SESSION_PREFIX + sid
-        limits = await self.client.request(responder, {}, LIMITS_SCHEMA)
-        opened = await self.store.open_session.remote(
-            sid, initiator, responder, asdict(terms or Terms()),
-            dict(limits.payload))
-        return Session(opened["session_id"], opened["terms"], self.store)
+        return await open_session(self.client, initiator, responder, terms or Terms(), sid)
 
-    def session(self, session_id: str) -> Session:
-        """A handle on an existing session (to read its context or resume it)."""
-        return Session(session_id, {}, self.store)
+    async def session(self, session_id: str) -> Session:
+        """A handle on an existing session (to read its context, or resume it).
 
-    async def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
-        """Messages that could not be delivered, with their reasons, oldest first."""
-        letters: list[dict[str, Any]] = await self.registry.dead_letters.remote(limit)
-        return letters
+        Raises:
+            SessionNotFound: no such session.
+        """
+        return await find_session(self.client, session_id)
 
-    # -- shortcuts -----------------------------------------------------------------------------
-
-    async def request(self, agent_id: str, payload: Any, schema: str | None = None,
-                      **kw: Any) -> Any:
-        """``runtime.client.request`` (see :meth:`Client.request`)."""
-        return await self.client.request(agent_id, payload, schema, **kw)
-
-    async def agents(self) -> list[AgentInfo]:
-        """Every registered agent."""
-        return [AgentInfo.from_record(r) for r in await self.registry.agents.remote()]
+    # -- deployment ----------------------------------------------------------------------------
 
     async def set_acl(self, acl: Acl | str | Path) -> int:
         """Replaces the deployment's ACL (an :class:`~policies.acl.Acl` or a JSON file); every
@@ -253,44 +254,65 @@ class Runtime:
             ConfigError: signing is off (an ACL needs identities), or the ACL is malformed.
             AuthError: the registry refused this driver's signature.
         """
-        version: int = await self.acl_call(load_acl(acl))
-        return version
-
-    def acl_call(self, acl: Acl) -> Any:
-        """The registry call that installs ``acl`` (an ObjectRef)."""
         guard = self.transport.codec.guard
         if guard is None:
             raise ConfigError("an ACL needs signing on: without identities it cannot be enforced",
                               details={"setting": "acl"})
-        data, sig = signed_call(guard, self.client.sender, acl_to_doc(acl))
-        return self.registry.set_acl.remote(self.client.sender, data, sig)
+        data, sig = signed_call(guard, self.client.sender, acl_to_doc(load_acl(acl)))
+        return await self.cluster.registry().set_acl(self.client.sender, data, sig)
 
     async def configure_heartbeat(self, interval_s: float, misses: int) -> None:
         """Changes the heartbeat interval and miss count cluster-wide."""
-        await self.registry.configure.remote(interval_s, misses)
+        await self.cluster.registry().configure(interval_s, misses)
+
+    # -- closing -------------------------------------------------------------------------------
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Lets every envelope this driver queued leave, waits (up to ``timeout_s``) for the
+        replies still pending, then stops receiving. Agents keep running in the cluster."""
+        try:
+            await asyncio.wait_for(self._drain(), timeout_s)
+        except TimeoutError:
+            log.warning("closing: %d replies still pending after %.1f s",
+                        len(self.transport.pending), timeout_s)
+        await self._flush_audit(timeout_s)
+        self._stop_receiving()
+
+    async def _drain(self) -> None:
+        await self.transport.flush()
+        while self.transport.pending:
+            await asyncio.sleep(0.01)
 
     def shutdown(self) -> None:
-        """Stops this driver's polling and watches (agents keep running in the cluster).
+        """Stops receiving at once (agents keep running in the cluster); prefer
+        :meth:`close`. Warns, with how many, when envelopes queued here had not left yet."""
+        queued = self.transport.queued()
+        if queued:
+            log.warning("shutdown dropped %d envelopes still queued in this driver's outboxes; "
+                        "await rt.close() lets them leave", queued)
+        self._stop_receiving()
 
-        When this driver started its Ray (the embedded default), which goes when the driver
-        does, the hosts first write their buffered audit records (waiting 5 s at most).
-        """
+    def _stop_receiving(self) -> None:
         if self._poller is not None:
             self._poller.cancel()
         self.transport.close()
         metrics.flush()
-        if self.owns_ray:
-            self._flush_audit(timeout_s=5.0)
 
-    def _flush_audit(self, timeout_s: float) -> None:
+    async def _flush_audit(self, timeout_s: float) -> None:
+        """When this driver started its Ray (which goes when the driver does), the hosts write
+        their buffered audit records first."""
+        if not self.owns_ray:
+            return
         try:
-            hosts = ray.get(self.registry.hosts.remote(), timeout=timeout_s)
-            calls: list[Any] = []
+            hosts = await self.cluster.registry().hosts()
+            calls = []
             for name in hosts:
-                with contextlib.suppress(ValueError):  # a host gone already
-                    calls.append(ray.get_actor(name, namespace=NAMESPACE).flush_audit.remote())
-            ray.wait(calls, num_returns=len(calls), timeout=timeout_s)
-        except Exception as exc:  # shutting down: report, never raise
+                try:
+                    calls.append(self.cluster.host(name).flush_audit())
+                except AgentUnavailable:  # a host gone already
+                    continue
+            await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), timeout_s)
+        except (ReachError, TimeoutError) as exc:  # closing: report, never raise
             log.warning("audit records of the hosts may not all be written: %s", exc)
 
 
@@ -327,79 +349,47 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         audit_calls: Record every call's outcome in the audit log (refusals always are).
         **ray_init_kwargs: Passed to ``ray.init`` when this call starts or joins Ray.
 
-    The security settings reach every process this driver starts through the Ray job's
-    runtime environment; the keyring's file must exist at the same path on every node.
-    Idempotent: two drivers calling it at once get the same registry.
+    The security settings travel to every process this driver starts with the cluster handle;
+    the keyring's file must exist at the same path on every node. Idempotent: two drivers
+    calling it at once get the same registry.
 
     Raises:
-        AuthError: an explicitly given keyring file is missing or unreadable.
-        ConfigError: a setting is invalid, or Ray was started (by ``ray.init``) without them.
+        AuthError: an explicitly given keyring file is missing or unreadable, or this driver's
+            keyring is not the one the running cluster's registry was started with.
+        ConfigError: a setting is invalid.
     """
-    from actors.inbox import Inbox
-    from actors.registry import Registry
+    from reach import _ray
 
+    settings = SecurityConfig(
+        sign=sign, encrypt=encrypt, audit_calls=audit_calls,
+        keyring=resolve_keyring(keyring, create=keyring is None) if sign else None)
     starts = False
-    if not ray.is_initialized():
-        starts = not (address or os.environ.get("RAY_ADDRESS")) or address == "local"
-        settings = SecurityConfig(
-            sign=sign, encrypt=encrypt, audit_calls=audit_calls,
-            keyring=resolve_keyring(keyring, create=keyring is None) if sign else None)
-        install(settings)
-        runtime_env = dict(ray_init_kwargs.pop("runtime_env", None) or {})
-        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}),
-                                   SECURITY_ENV: settings.to_env()}
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", namespace=NAMESPACE,
-                 runtime_env=runtime_env, **ray_init_kwargs)
-    else:
-        _check_security_env()
-    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    if session_resource is None and SESSION_RESOURCE in resources:
+    if not _ray.is_initialized():
+        where = _ray.check_address(address)
+        starts = where == "local"
+        _ray.start(where, dict(ray_init_kwargs.pop("runtime_env", None) or {}),
+                   **ray_init_kwargs)
+    cluster = _ray.RayCluster(settings)
+    if session_resource is None and SESSION_RESOURCE in cluster.resources():
         session_resource = SESSION_RESOURCE
-    registry_cls: Any = Registry
-    inbox_cls: Any = Inbox
-    # The registry lives where the session store does (the head, on a `ray up` cluster), not on
-    # a node picked at random that may be the first to die.
-    pinned = {"resources": {session_resource: 0.001}} if session_resource else {}
-    registry = registry_cls.options(
-        name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        num_cpus=0, **pinned,
-    ).remote(heartbeat_interval_s, heartbeat_misses)
-    inbox_name = f"reach.inbox.{secrets.token_hex(6)}"
-    node = ray.get_runtime_context().get_node_id()
-    # Hard affinity: the driver's node is alive while the driver is (soft is ignored for an
-    # actor that asks for no CPU, and an inbox elsewhere could die without its driver).
-    inbox = inbox_cls.options(name=inbox_name, namespace=NAMESPACE,
-                              scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                              ).remote()
-    store = _session_store(session_path, session_resource, session_options or {})
-    runtime = Runtime(registry, inbox, inbox_name, max_hops=max_hops,
-                      default_timeout_ms=default_timeout_ms, store=store, owns_ray=starts)
+    cluster.start_registry(heartbeat_interval_s, heartbeat_misses, session_resource)
+    where_db = Path(session_path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS)).absolute()
+    cluster.start_store(str(where_db), session_resource, session_options or {})
+    runtime = Runtime(cluster, CallLimits(max_hops, default_timeout_ms), owns_ray=starts)
+    data, sig = signed_call(runtime.transport.codec.guard, runtime.client.sender, ["hello"])
+    try:  # a driver with another deployment's keyring learns it here, not by timeouts
+        cluster.get(cluster.registry().check_key(runtime.client.sender, data, sig), 30.0)
+    except AuthError as exc:
+        raise AuthError(
+            f"this driver's keyring does not match the cluster's: {exc.message}",
+            suggestion="use the keyring file the cluster was started with "
+                       "(reach.init(keyring=...) or REACH_KEYRING)",
+            details=exc.details) from exc
     if acl is not None:
-        ray.get(runtime.acl_call(load_acl(acl)))
+        guard = runtime.transport.codec.guard
+        if guard is None:
+            raise ConfigError("an ACL needs signing on: without identities it cannot be enforced",
+                              details={"setting": "acl"})
+        data, sig = signed_call(guard, runtime.client.sender, acl_to_doc(load_acl(acl)))
+        cluster.get(cluster.registry().set_acl(runtime.client.sender, data, sig), 30.0)
     return runtime
-
-
-def _check_security_env() -> None:
-    """Ray is already up: its job must carry reach's settings, or actors would run without them."""
-    job_env = ray.get_runtime_context().runtime_env.env_vars()
-    if job_env.get(SECURITY_ENV) is None:
-        raise ConfigError(
-            "Ray was started without reach's security settings, so the agents started from here "
-            "could not sign or verify",
-            suggestion="call reach.init() before ray.init() (it starts or joins Ray itself)",
-            details={"setting": SECURITY_ENV})
-    if os.environ.get(SECURITY_ENV) != job_env[SECURITY_ENV]:
-        os.environ[SECURITY_ENV] = job_env[SECURITY_ENV]
-
-
-def _session_store(path: str | None, resource: str | None, options: dict[str, Any]) -> Any:
-    from actors.sessions import SessionStore
-
-    where = Path(path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS)).absolute()
-    actor_options: dict[str, Any] = {"name": STORE_NAME, "namespace": NAMESPACE,
-                                     "lifetime": "detached", "get_if_exists": True,
-                                     "num_cpus": 0, "max_concurrency": 10_000}
-    if resource:  # pinned to the node that has the resource, so that its file stays put
-        actor_options["resources"] = {resource: 0.001}
-    store_cls: Any = SessionStore
-    return store_cls.options(**actor_options).remote(str(where), **options)

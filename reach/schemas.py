@@ -66,7 +66,7 @@ def is_schema_ref(ref: object) -> bool:
 class SchemaRegistry:
     """Payload models keyed by name and version.
 
-    A process normally uses the module-level :data:`registry`; tests make their own.
+    A process normally uses the module-level :data:`schema_registry`; tests make their own.
     """
 
     def __init__(self) -> None:
@@ -111,7 +111,7 @@ class SchemaRegistry:
         return model
 
     def schema(self, ref: str) -> Callable[[M], M]:
-        """Class decorator form of :meth:`register`: ``@registry.schema("order.query@1.0")``."""
+        """Class decorator form of :meth:`register`: ``@reg.schema("order.query@1.0")``."""
 
         def decorate(model: M) -> M:
             self.register(ref, model)
@@ -235,7 +235,7 @@ def _describe(exc: ValidationError) -> str:
 
 
 #: The process-wide schema registry used by envelopes and agents.
-registry = SchemaRegistry()
+schema_registry = SchemaRegistry()
 
 
 def schema(ref: str) -> Callable[[M], M]:
@@ -251,7 +251,7 @@ def schema(ref: str) -> Callable[[M], M]:
         SchemaError: see :meth:`SchemaRegistry.register`.
         SchemaEvolutionError: see :meth:`SchemaRegistry.register`.
     """
-    return registry.schema(ref)
+    return schema_registry.schema(ref)
 
 
-__all__ = ["SchemaRef", "SchemaRegistry", "is_schema_ref", "registry", "schema"]
+__all__ = ["SchemaRef", "SchemaRegistry", "is_schema_ref", "schema_registry", "schema"]

@@ -1,4 +1,4 @@
-"""Supervision trees as a user declares them, and the driver's handles on supervisors and tasks.
+"""Supervision trees as a user declares them, and the handles on running supervisors and tasks.
 
 Example::
 
@@ -19,12 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from policies.supervision import Backoff, Intensity, RestartType, Strategy
+from policies.backoff import Backoff
+from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach.agent import Agent, Dedicated, Placement
-from reach.errors import AgentNotFound, ErrorInfo, error_from_info
-from reach.names import NAMESPACE, supervisor_name
-from reach.schemas import registry
+from reach.cluster import Cluster, SupervisorPort
+from reach.errors import ErrorInfo, error_from_info
+from reach.records import SupervisorStatus, TaskResult
+from reach.schemas import schema_registry
 from reach.tasks import TaskSpec
 
 
@@ -65,7 +67,7 @@ class SupervisorSpec:
         children: Started in this order, stopped in the reverse order.
         strategy: one_for_one (default), one_for_all or rest_for_one.
         intensity: At most this many restarts in this period before giving up (1 in 5 s).
-        backoff: Delays before restarts and task retries.
+        backoff: Delays before restarts (a task's retries wait as its ``task_policy`` says).
         task_policy: Decides on task errors (any object with ``decide``).
         restart: How the parent treats this supervisor as a child.
         shutdown_timeout_s: How long stopping this supervisor's subtree may take.
@@ -91,28 +93,41 @@ class SupervisorSpec:
 class TaskHandle:
     """A submitted task: await its end with :meth:`result`, or :meth:`cancel` it."""
 
-    def __init__(self, supervisor: Any, task_id: str) -> None:
-        self.supervisor = supervisor
+    def __init__(self, supervisor: SupervisorPort, task_id: str) -> None:
+        self._supervisor = supervisor
         self.task_id = task_id
 
-    async def result(self) -> dict[str, Any]:
-        """Waits for the task's end; returns state, value, partial, error and attempts."""
-        result: dict[str, Any] = await self.supervisor.wait_task.remote(self.task_id)
-        return result
+    async def result(self) -> TaskResult:
+        """Waits for the task's end; returns its state, value, partial flag, error and attempts.
 
-    async def cancel(self) -> dict[str, Any]:
-        """Cancels the task and its outstanding sub-requests; returns its result."""
-        result: dict[str, Any] = await self.supervisor.cancel_task.remote(self.task_id)
-        return result
+        Raises:
+            TaskNotFound: the supervisor no longer knows the task.
+            AgentUnavailable: the supervisor is gone.
+        """
+        return await self._supervisor.wait_task(self.task_id)
+
+    async def cancel(self) -> TaskResult:
+        """Cancels the task and its outstanding sub-requests; returns its result.
+
+        Raises:
+            TaskNotFound: the supervisor no longer knows the task.
+        """
+        return await self._supervisor.cancel_task(self.task_id)
 
 
 class SupervisorRef:
-    """The driver's handle on a running supervisor (the root of a tree, usually)."""
+    """A handle on a running supervisor (the root of a tree, usually).
 
-    def __init__(self, handle: Any, name: str, *, root: bool = False) -> None:
-        self.handle = handle
+    Get one from :meth:`Runtime.supervise`, :meth:`Runtime.find_supervisor` or, inside a
+    handler, :meth:`Context.supervisor`.
+    """
+
+    def __init__(self, port: SupervisorPort, name: str, *, root: bool = False,
+                 cluster: Cluster | None = None) -> None:
+        self._port = port
         self.name = name
-        self.root = root  # started by this driver as a tree's root: stop() also ends its actor
+        # Started by a driver as a tree's root: stop() also ends its process.
+        self._cluster = cluster if root else None
 
     async def submit(self, target: str, payload: BaseModel | Mapping[str, Any],
                      schema: str | None = None, *, by_capability: bool = False,
@@ -123,17 +138,17 @@ class SupervisorRef:
             UnknownSchema: ``payload`` is an unregistered model and no ``schema`` is given.
         """
         if isinstance(payload, BaseModel):
-            body, ref = payload.model_dump(mode="python"), schema or registry.ref_of(type(payload))
+            body = payload.model_dump(mode="python")
+            ref = schema or schema_registry.ref_of(type(payload))
         else:
             body, ref = dict(payload), schema or ""
         spec = TaskSpec(target, body, ref, by_capability, timeout_ms, retry_limit)
-        task_id: str = await self.handle.submit.remote(spec)
-        return TaskHandle(self.handle, task_id)
+        task_id = await self._port.submit(spec)
+        return TaskHandle(self._port, task_id)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> SupervisorStatus:
         """The supervisor's state, children, restarts and tasks, with its subtree."""
-        status: dict[str, Any] = await self.handle.status.remote()
-        return status
+        return await self._port.status()
 
     async def wait(self) -> None:
         """Returns only if the supervisor stops normally.
@@ -141,7 +156,7 @@ class SupervisorRef:
         Raises:
             RestartLimitExceeded: it exceeded its restart intensity and gave up.
         """
-        info = await self.handle.wait_gave_up.remote()
+        info = await self._port.wait_gave_up()
         if info is not None:
             raise error_from_info(ErrorInfo.model_validate(info))
 
@@ -151,28 +166,10 @@ class SupervisorRef:
         The root of a tree (as :meth:`Runtime.supervise` returns it) then ends too, freeing its
         name; a supervisor found by name stays, stopped, for its parent to decide on.
         """
-        order: list[str] = await self.handle.stop.remote()
-        if self.root:
-            import ray
-
-            ray.kill(self.handle)
+        order = await self._port.stop()
+        if self._cluster is not None:
+            self._cluster.kill(self._port)
         return order
 
 
-def find_supervisor(name: str) -> SupervisorRef:
-    """The handle of a running supervisor by name, from a driver or from inside an agent.
-
-    Raises:
-        AgentNotFound: no supervisor of that name is running.
-    """
-    import ray
-
-    try:
-        handle = ray.get_actor(supervisor_name(name), namespace=NAMESPACE)
-    except ValueError as exc:
-        raise AgentNotFound(f"no supervisor named {name!r} is running",
-                            details={"supervisor": name}) from exc
-    return SupervisorRef(handle, name)
-
-
-__all__ = ["ChildSpec", "SupervisorRef", "SupervisorSpec", "TaskHandle", "find_supervisor"]
+__all__ = ["ChildSpec", "SupervisorRef", "SupervisorSpec", "TaskHandle"]

@@ -1,24 +1,35 @@
 """Tasks: work a supervisor owns from submission to an end, deciding on every error.
 
 The owner sends the task's request to an agent (by ID, or the least-loaded holder of a
-capability), and on an error asks its task policy: retry (on another holder when it fails over),
-finish degraded with the partial result, abort (cancelling every handler still running under the
-task's trace), or fail. A task is assigned to one agent at a time, never two, and every attempt is
-recorded: which agent, which error, when.
+capability), and on an error asks its task policy: retry (on another holder when the decision
+says to fail over, else on the same agent), finish degraded with the partial result, abort
+(cancelling every handler still running under the task's trace), or fail. A task is assigned to
+one agent at a time, never two, and every attempt is recorded: which agent, which error, what was
+decided and why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from policies.tasks import FINAL_STATE, TERMINAL, Action, TaskPolicy, TaskState, transition
+from policies.discovery import Candidate, pick_least_loaded
+from policies.tasks import (
+    FINAL_STATE,
+    TERMINAL,
+    Action,
+    Decision,
+    TaskPolicy,
+    TaskState,
+    transition,
+)
+from reach import clock
 from reach.client import Client, Link
 from reach.errors import (
+    ErrorInfo,
     InvalidTransition,
     ReachError,
     RequestTimeout,
@@ -27,6 +38,7 @@ from reach.errors import (
 )
 from reach.metrics import FLUSH_S, metrics
 from reach.protocol import new_id
+from reach.records import Attempt, TaskResult
 
 #: Ended tasks an owner remembers for ``wait``; beyond that the oldest are forgotten.
 KEEP_TASKS = 10_000
@@ -54,8 +66,8 @@ class TaskSpec:
 
 
 @dataclass
-class Attempt:
-    """One try: the agent it went to, when, and how it ended."""
+class _Try:
+    """One attempt as the owner records it while it runs (an :class:`Attempt` once read)."""
 
     agent_id: str
     started: float
@@ -65,36 +77,40 @@ class Attempt:
     severity: str = ""
     reason: str = ""
     decision: str = ""
+    why: str = ""
+
+    def frozen(self) -> Attempt:
+        return Attempt(self.agent_id, self.started, self.ended, self.outcome, self.code,
+                       self.severity, self.reason, self.decision, self.why)
 
 
 @dataclass
 class TaskRecord:
-    """A task's state and history, as the owner keeps it and as :meth:`result` reports it."""
+    """A task's state and history, as the owner keeps it (read it with :meth:`result`)."""
 
     task_id: str
     spec: TaskSpec
     state: TaskState = TaskState.INITIALIZED
     value: dict[str, Any] | None = None
     partial: bool = False
-    error: dict[str, Any] | None = None
-    attempts: list[Attempt] = field(default_factory=list)
+    error: ErrorInfo | None = None
+    attempts: list[_Try] = field(default_factory=list)
     # Invariant: assigned is the one agent working on the task now, or None.
     assigned: str | None = None
-    submitted: float = field(default_factory=time.time)
+    submitted: float = field(default_factory=clock.now)
     finished: float = 0.0
 
     def move(self, to: TaskState) -> None:
         """Moves along the state machine (refusing an illegal move)."""
         self.state = transition(self.state, to)
         if to in TERMINAL:
-            self.finished = time.time()
+            self.finished = clock.now()
 
-    def result(self) -> dict[str, Any]:
-        """The task's outcome as plain data (it crosses process boundaries)."""
-        return {"task_id": self.task_id, "state": self.state.value, "value": self.value,
-                "partial": self.partial, "error": self.error,
-                "attempts": [asdict(a) for a in self.attempts],
-                "submitted": self.submitted, "finished": self.finished}
+    def result(self) -> TaskResult:
+        """The task's outcome, typed (it crosses process boundaries)."""
+        return TaskResult(self.task_id, self.state, self.value, self.partial, self.error,
+                          tuple(a.frozen() for a in self.attempts), self.submitted,
+                          self.finished)
 
 
 class TaskRunner:
@@ -154,7 +170,7 @@ class TaskRunner:
                                details={"task_id": task_id})
         return task
 
-    async def wait(self, task_id: str) -> dict[str, Any]:
+    async def wait(self, task_id: str) -> TaskResult:
         """Waits for a task to end; returns its result.
 
         Raises:
@@ -166,7 +182,7 @@ class TaskRunner:
             await asyncio.wait([runner])  # its end, however it ended (cancelled included)
         return self.tasks[task_id].result()
 
-    async def cancel(self, task_id: str) -> dict[str, Any]:
+    async def cancel(self, task_id: str) -> TaskResult:
         """Cancels a task and every handler still running under it; returns its result.
 
         Raises:
@@ -191,9 +207,10 @@ class TaskRunner:
         deadline = task.submitted + task.spec.timeout_ms / 1000
         client = Client(self.link, self.owner, trace_id=task.task_id)
         tried: set[str] = set()
+        decision: Decision | None = None
         try:
             while True:
-                decision = await self._attempt(task, client, deadline, tried)
+                decision = await self._attempt(task, client, deadline, tried, decision)
                 if decision is None:
                     return
                 if decision.action is not Action.RETRY:
@@ -201,58 +218,70 @@ class TaskRunner:
                     if decision.action is Action.ABORT:
                         await self.cancel_trace(task.task_id, "task aborted on a fatal error")
                     return
-                if time.time() + decision.delay_s >= deadline:
+                if clock.now() + decision.delay_s >= deadline:
                     self._end_on_deadline(task)
                     return
                 await asyncio.sleep(decision.delay_s)
         except asyncio.CancelledError:
             if task.state not in TERMINAL:
-                task.error = TaskCancelled("task cancelled").to_info().model_dump(mode="json")
+                task.error = TaskCancelled("task cancelled").to_info()
                 task.move(TaskState.CANCELLED)
                 await self.cancel_trace(task.task_id, "task cancelled")
             raise
 
     async def _attempt(self, task: TaskRecord, client: Client, deadline: float,
-                       tried: set[str]) -> Any:
-        left_ms = int((deadline - time.time()) * 1000)
+                       tried: set[str], last: Decision | None) -> Decision | None:
+        left_ms = int((deadline - clock.now()) * 1000)
         if left_ms <= 0:
             self._end_on_deadline(task)
             return None
         try:
-            agent_id = await self._choose(task, client, tried)
+            agent_id = await self._choose(task, client, tried, last)
         except ReachError as exc:
-            attempt = Attempt("", time.time())
+            attempt = _Try("", clock.now())
             task.attempts.append(attempt)
             return self._decide(task, attempt, exc, alternatives=0)
         if task.assigned is not None:
             raise InvalidTransition(f"task {task.task_id} is already assigned to {task.assigned}")
         task.assigned = agent_id
-        attempt = Attempt(agent_id, time.time())
+        attempt = _Try(agent_id, clock.now())
         task.attempts.append(attempt)
         try:
             # Every attempt carries the task's ID as its request ID: an effectively-once handler
             # that already answered it returns its recorded reply instead of running again.
-            reply = await client.request(agent_id, task.spec.payload, task.spec.schema,
-                                         timeout_ms=left_ms, msg_id=task.task_id)
+            reply = await client._send(client._request_envelope(
+                agent_id, task.spec.payload, task.spec.schema, timeout_ms=left_ms,
+                msg_id=task.task_id))
         except ReachError as exc:
             tried.add(agent_id)
             alternatives = await self._alternatives(task, client, tried)
             return self._decide(task, attempt, exc, alternatives)
         finally:
             task.assigned = None
-        attempt.ended, attempt.outcome = time.time(), "completed"
+        attempt.ended, attempt.outcome = clock.now(), "ok"
         task.value = dict(reply.payload)
         task.move(TaskState.COMPLETED)
         return None
 
-    async def _choose(self, task: TaskRecord, client: Client, tried: set[str]) -> str:
+    async def _choose(self, task: TaskRecord, client: Client, tried: set[str],
+                      last: Decision | None) -> str:
+        """The agent of the next attempt: the target; or for a task by capability, the
+        least-loaded holder, one not tried yet when the last decision failed over (the one tried
+        last when it did not)."""
         if not task.spec.by_capability:
             return task.spec.target
+        previous = task.attempts[-1].agent_id if task.attempts else ""
         holders = await client.discover(task.spec.target)
+        if (last is not None and not last.failover and previous
+                and any(h.agent_id == previous for h in holders)):
+            return previous  # the policy said: retry on the same agent
         fresh = [h for h in holders if h.agent_id not in tried] or holders
         if fresh is holders:
             tried.clear()  # every holder failed once: start another round
-        best = min(fresh, key=lambda h: (self.link.inflight[h.agent_id] + h.load, h.agent_id))
+        cands = [Candidate(h.agent_id, h.capabilities, h.description, True, h.load)
+                 for h in fresh]
+        (best,) = pick_least_loaded(cands, 1, local_load=self.link.inflight,
+                                    tiebreak=self.link.next_tiebreak())
         return best.agent_id
 
     async def _alternatives(self, task: TaskRecord, client: Client, tried: set[str]) -> int:
@@ -264,22 +293,22 @@ class TaskRunner:
             return 0
         return sum(1 for h in holders if h.agent_id not in tried)
 
-    def _decide(self, task: TaskRecord, attempt: Attempt, exc: ReachError,
-                alternatives: int) -> Any:
+    def _decide(self, task: TaskRecord, attempt: _Try, exc: ReachError,
+                alternatives: int) -> Decision:
         failures = sum(1 for a in task.attempts if a.outcome == "error")
         decision = self.policy.decide(exc.severity, attempt=failures,
                                       retry_limit=task.spec.retry_limit,
                                       alternatives=alternatives, rng=self.rng)
-        attempt.ended, attempt.outcome = time.time(), "error"
+        attempt.ended, attempt.outcome = clock.now(), "error"
         attempt.code, attempt.severity, attempt.reason = exc.code, exc.severity.value, exc.message
-        attempt.decision = decision.action.value
+        attempt.decision, attempt.why = decision.action.value, decision.reason
         if self.audit is not None:
             self.audit({"caller": self.owner, "callee": attempt.agent_id,
                         "capability": task.spec.target, "msg_type": "task",
-                        "outcome": f"{decision.action.value}: {exc.code}",
+                        "outcome": f"{decision.action.value}: {exc.code} ({decision.reason})",
                         "trace_id": task.task_id})
         if decision.action is not Action.RETRY:
-            task.error = exc.to_info().model_dump(mode="json")
+            task.error = exc.to_info()
             if decision.action is Action.DEGRADE:
                 task.value, task.partial = exc.partial, True
         return decision
@@ -288,5 +317,5 @@ class TaskRunner:
         error = RequestTimeout(f"task {task.task_id} ran out of time after "
                                f"{len(task.attempts)} attempts",
                                details={"timeout_ms": task.spec.timeout_ms})
-        task.error = error.to_info().model_dump(mode="json")
+        task.error = error.to_info()
         task.move(TaskState.FAILED)

@@ -14,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from typing import Any
+
+from reach import clock
+from reach.cluster import Cluster
+from reach.errors import ReachError
 
 log = logging.getLogger("reach.audit")
 
@@ -29,9 +32,14 @@ MAX_BUFFERED = 200_000
 
 
 class AuditTrail:
-    """One process's audit buffer."""
+    """One process's audit buffer.
 
-    def __init__(self) -> None:
+    Args:
+        cluster: Where the session store is.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
         self._buffer: deque[dict[str, Any]] = deque()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -49,7 +57,7 @@ class AuditTrail:
                           "%d records dropped so far", self.dropped)
         self._buffer.append({"caller": caller, "callee": callee, "capability": capability,
                              "msg_type": msg_type, "outcome": outcome,
-                             "trace_id": trace_id or "", "at": time.time()})
+                             "trace_id": trace_id or "", "at": clock.now()})
         self._kick()
 
     def _kick(self) -> None:
@@ -79,10 +87,8 @@ class AuditTrail:
         batch = list(self._buffer)
         self._buffer.clear()
         try:
-            from reach.sessions import store
-
-            await store().audit.remote(batch)
-        except Exception as exc:  # the store may be restarting: keep them for the next flush
+            await self._cluster.store().audit(batch)
+        except ReachError as exc:  # the store may be restarting: keep them for the next flush
             log.warning("audit records not written yet (%d): %s", len(batch), exc)
             self._buffer.extendleft(reversed(batch))
             await asyncio.sleep(FLUSH_S)

@@ -7,9 +7,10 @@ envelope queued while that call is in flight goes out together in the next one (
 batching, no added delay when idle). A ``deliver`` call only hands envelopes over; replies come
 back the same way, batched, and are matched to their pending request by ``request_id``.
 
-While a request waits on an endpoint, the transport keeps one ``watch`` call open on it; Ray fails
-that call the moment the endpoint's process dies, so a dead host is an AgentUnavailable at once,
-not a hang until the deadline. Ray's exceptions are translated here, in :func:`translate_ray_error`.
+While a request waits on an endpoint, the transport keeps one ``watch`` call open on it; the
+cluster fails that call the moment the endpoint's process dies, so a dead host is an
+AgentUnavailable at once, not a hang until the deadline. Endpoints are ports of the
+:class:`~reach.cluster.Cluster` (the one seam to Ray), whose calls fail with reach's errors only.
 """
 
 from __future__ import annotations
@@ -18,14 +19,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-import ray
-from ray.exceptions import RayActorError, RayError, RayTaskError
-
+from reach.cluster import Cluster, Endpoint
 from reach.codec import Codec
 from reach.errors import AgentUnavailable, ProtocolError, ReachError
-from reach.guard import process_guard
 from reach.metrics import messages, metrics
 from reach.protocol import Envelope, MsgType
 
@@ -36,25 +33,6 @@ WATCH_GRACE_S = 0.25
 
 #: Schema of the end-of-stream marker that closes a streamed reply.
 STREAM_END_SCHEMA = "reach.stream.end@1.0"
-
-
-def translate_ray_error(exc: BaseException, endpoint: str) -> ReachError:
-    """The reach error for a Ray failure of a call to ``endpoint`` (the one translation point)."""
-    if isinstance(exc, ReachError):
-        return exc
-    if isinstance(exc, RayTaskError):
-        cause = exc.cause
-        if isinstance(cause, ReachError):
-            return cause
-    if isinstance(exc, RayActorError):
-        return AgentUnavailable(
-            f"host {endpoint} is dead or unreachable: {type(exc).__name__}",
-            suggestion="retry: a supervisor may restart the agent, or another holder may answer",
-            details={"endpoint": endpoint},
-        )
-    return AgentUnavailable(
-        f"call to {endpoint} failed: {type(exc).__name__}: {exc}", details={"endpoint": endpoint}
-    )
 
 
 class StaleRoute(Exception):
@@ -84,7 +62,7 @@ class Pending:
 @dataclass
 class _Outbox:
     endpoint: str
-    handle: Any
+    port: Endpoint
     queue: list[Envelope] = field(default_factory=list)
     busy: bool = False
 
@@ -93,9 +71,9 @@ class Transport:
     """Outboxes, pending replies and endpoint handles of one process.
 
     Args:
-        endpoint: Name of the actor that receives this process's replies.
-        namespace: Ray namespace of reach's named actors.
-        codec: The codec for frames.
+        endpoint: Name of the endpoint that receives this process's replies.
+        cluster: Where the endpoints are.
+        codec: The codec for frames (signing with the cluster's guard when not given).
         on_dead_endpoint: Called with an endpoint's name when it is found dead (drop routes).
         on_expect: Called before each pending request is registered (a driver starts polling).
         on_undelivered: Called with envelopes that nobody waits for (notifications, replies)
@@ -105,7 +83,7 @@ class Transport:
     def __init__(
         self,
         endpoint: str,
-        namespace: str,
+        cluster: Cluster,
         *,
         codec: Codec | None = None,
         on_dead_endpoint: Callable[[str], None] | None = None,
@@ -113,43 +91,18 @@ class Transport:
         on_undelivered: Callable[[list[Envelope], ReachError], None] | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.namespace = namespace
-        self.codec = codec or Codec(guard=process_guard())
+        self.cluster = cluster
+        self.codec = codec or Codec(guard=cluster.guard())
         self._on_dead = on_dead_endpoint
         self._on_expect = on_expect
         self._on_undelivered = on_undelivered
         self._outboxes: dict[str, _Outbox] = {}
-        self._handles: dict[str, Any] = {}
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._drains: set[asyncio.Task[None]] = set()
         # Invariant: every pending request is keyed by its msg_id and names its endpoint.
         self.pending: dict[str, Pending] = {}
         self.batches_sent = 0
         self.envelopes_sent = 0
-
-    # -- handles -------------------------------------------------------------------------------
-
-    def handle(self, name: str) -> Any:
-        """The actor handle of a named endpoint (cached).
-
-        Raises:
-            AgentUnavailable: no live actor has that name.
-        """
-        found = self._handles.get(name)
-        if found is None:
-            try:
-                found = ray.get_actor(name, namespace=self.namespace)
-            except ValueError as exc:
-                raise AgentUnavailable(
-                    f"endpoint {name} does not exist (its process is gone)",
-                    details={"endpoint": name},
-                ) from exc
-            self._handles[name] = found
-        return found
-
-    def remember(self, name: str, handle: Any) -> None:
-        """Caches a handle this process already holds, saving a name lookup."""
-        self._handles.setdefault(name, handle)
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -163,12 +116,12 @@ class Transport:
         box = self._outboxes.get(endpoint)
         if box is None:
             try:
-                handle = self.handle(endpoint)
+                port = self.cluster.endpoint(endpoint)
             except AgentUnavailable:
                 if envelope.msg_id in self.pending:
                     raise StaleRoute(envelope.msg_id) from None  # nothing left: safe to resend
                 raise
-            box = self._outboxes[endpoint] = _Outbox(endpoint, handle)
+            box = self._outboxes[endpoint] = _Outbox(endpoint, port)
         box.queue.append(envelope)
         if not box.busy:
             box.busy = True
@@ -217,17 +170,15 @@ class Transport:
         messages(batch, "sent")
         metrics.observe("reach_batch_envelopes", len(batch))
         try:
-            not_here, replies = await box.handle.deliver.remote(frame, self.endpoint)
-        except (RayError, ReachError) as exc:
-            error = translate_ray_error(exc, box.endpoint)
+            not_here, replies = await box.port.deliver(frame, self.endpoint)
+        except ReachError as error:
             self._outboxes.pop(box.endpoint, None)
-            self._handles.pop(box.endpoint, None)
             unclaimed = [env for env in batch if env.msg_id not in self.pending]
             for env in batch:
                 self._fail(env.msg_id, error)
             if unclaimed and self._on_undelivered is not None:
                 self._on_undelivered(unclaimed, error)
-            if isinstance(exc, RayActorError):
+            if isinstance(error, AgentUnavailable):
                 self.endpoint_died(box.endpoint, error)
             return
         self._received(not_here, replies)
@@ -251,9 +202,8 @@ class Transport:
     async def _send_one(self, box: _Outbox, env: Envelope) -> None:
         try:
             frame = self.codec.encode(env)
-            not_here, replies = await box.handle.deliver.remote(frame, self.endpoint)
-        except (RayError, ReachError) as exc:
-            error = translate_ray_error(exc, box.endpoint)
+            not_here, replies = await box.port.deliver(frame, self.endpoint)
+        except ReachError as error:
             if env.msg_id not in self.pending and self._on_undelivered is not None:
                 self._on_undelivered([env], error)  # nobody waits for it: a dead letter
             self._fail(env.msg_id, error)
@@ -294,12 +244,12 @@ class Transport:
 
     async def _watch(self, endpoint: str) -> None:
         try:
-            await self.handle(endpoint).watch.remote()
+            await self.cluster.endpoint(endpoint).watch()
             error: ReachError = AgentUnavailable(
                 f"host {endpoint} stopped", details={"endpoint": endpoint}
             )
-        except (RayError, ReachError) as exc:
-            error = translate_ray_error(exc, endpoint)
+        except ReachError as exc:
+            error = exc
         except asyncio.CancelledError:
             return
         self._watches.pop(endpoint, None)
@@ -314,7 +264,7 @@ class Transport:
 
     def _forget_endpoint(self, endpoint: str) -> None:
         self._outboxes.pop(endpoint, None)
-        self._handles.pop(endpoint, None)
+        self.cluster.forget(endpoint)
         if self._on_dead is not None:
             self._on_dead(endpoint)
 
@@ -324,6 +274,10 @@ class Transport:
         for msg_id, pending in list(self.pending.items()):
             if pending.endpoint == endpoint:
                 self._fail(msg_id, error)
+
+    def queued(self) -> int:
+        """Envelopes queued in the outboxes that have not left yet."""
+        return sum(len(box.queue) for box in self._outboxes.values())
 
     async def flush(self) -> None:
         """Returns once every queued envelope has been handed over (or failed)."""

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reach import Codec, CodecError, Envelope, ErrorInfo, MsgType, ProtocolError, Severity
+from reach import CodecError, Envelope, ErrorInfo, MsgType, ProtocolError, Severity
+from reach.codec import Codec
 from reach.codec import FIELDS, WIRE_VERSION
 
 REAL_TEXT = [

@@ -8,7 +8,9 @@ import re
 import pytest
 
 import reach
-from reach import Codec, Envelope, ErrorInfo, ReachError, Severity, error_from_info
+from reach import Envelope, ErrorInfo, ReachError, Severity
+from reach.codec import Codec
+from reach.errors import error_from_info
 
 
 def _all_subclasses(cls: type[ReachError]) -> set[type[ReachError]]:

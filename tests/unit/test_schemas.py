@@ -271,8 +271,8 @@ def test_the_module_level_decorator_registers_in_the_process_registry() -> None:
     class Tracked(BaseModel):
         tracking: str
 
-    assert reach.registry.ref_of(Tracked) == "test_schemas.module_decorator@3.1"
-    assert "test_schemas.module_decorator@3.1" in reach.registry.refs()
+    assert reach.schema_registry.ref_of(Tracked) == "test_schemas.module_decorator@3.1"
+    assert "test_schemas.module_decorator@3.1" in reach.schema_registry.refs()
 
 
 def test_ref_of_an_unregistered_model_is_unknown_schema() -> None:

@@ -7,6 +7,7 @@ clock). Time is a fake clock moved by hand.
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -228,12 +229,14 @@ def test_signed_registry_calls_verify_and_tampering_is_refused() -> None:
     assert reason(excinfo.value) == "unsigned"
 
 
-def test_settings_travel_through_the_environment_intact() -> None:
+def test_settings_travel_with_the_cluster_handle_intact() -> None:
+    from reach._ray import RayCluster
+
     config = SecurityConfig(sign=True, encrypt=True, keyring="/k.json", audit_calls=False,
                             window_s=60.0)
-    assert SecurityConfig.from_env(config.to_env()) == config
-    with pytest.raises(ConfigError):
-        SecurityConfig.from_env('{"sign": true}')
+    travelled = pickle.loads(pickle.dumps(RayCluster(config)))
+    assert travelled.security == config
+    assert travelled.namespace == "reach"
     with pytest.raises(ConfigError):
         SecurityConfig(sign=False, encrypt=True)
 

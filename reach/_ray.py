@@ -1,0 +1,389 @@
+"""reach on Ray: the one module of ``reach`` that imports Ray (``actors/`` aside).
+
+It implements :class:`reach.cluster.Cluster`: reach's processes are Ray actors (the classes of
+``actors/``, made remote here), a port is a typed proxy of an actor handle, and every Ray error
+is translated into reach's error tree in one place, :func:`translate`. It also starts or joins
+Ray for :func:`reach.init`, feeds ``ray.util.metrics``, and answers the questions ``reach status``
+asks of a running cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import warnings
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, cast
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from reach.cluster import (
+    CallLimits,
+    Endpoint,
+    HostPort,
+    HostShape,
+    InboxPort,
+    NodeInfo,
+    RegistryPort,
+    StorePort,
+    SupervisorPort,
+)
+from reach.errors import (
+    AgentAlreadyExists,
+    AgentNotFound,
+    AgentUnavailable,
+    ConfigError,
+    ReachError,
+    SessionNotFound,
+)
+from reach.guard import Guard, SecurityConfig, guard_for
+from reach.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
+
+log = logging.getLogger("reach.ray")
+
+#: Actor options of each kind of reach process (see actors/).
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "host": {"max_concurrency": 10_000},
+    "registry": {"max_restarts": -1, "max_task_retries": -1},
+    "store": {"max_restarts": -1, "max_task_retries": 0, "max_concurrency": 10_000},
+    "supervisor": {"max_restarts": 0, "max_concurrency": 10_000},
+    "inbox": {"num_cpus": 0},
+}
+
+
+def translate(exc: BaseException, name: str) -> BaseException:
+    """What a failed call to the process ``name`` raises: the one translation of Ray's errors.
+
+    A ReachError raised remotely arrives as itself; so does the exception an agent's constructor
+    (or ``on_start``) raised in a host. A dead or unreachable process is AgentUnavailable.
+    """
+    if isinstance(exc, ReachError):
+        return exc
+    if isinstance(exc, RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, BaseException) and not isinstance(cause, RayError):
+            return cause
+    if isinstance(exc, RayActorError):
+        return AgentUnavailable(
+            f"{name} is dead or unreachable: {type(exc).__name__}",
+            suggestion="retry: a supervisor may restart the agent, or another holder may answer",
+            details={"endpoint": name},
+        )
+    if isinstance(exc, GetTimeoutError):
+        return AgentUnavailable(f"{name} did not answer in time", details={"endpoint": name})
+    return AgentUnavailable(f"call to {name} failed: {type(exc).__name__}: {exc}",
+                            details={"endpoint": name})
+
+
+class _Call:
+    """A call under way on an actor: awaiting it gives its result or its translated error."""
+
+    __slots__ = ("_name", "_ref")
+
+    def __init__(self, ref: Any, name: str) -> None:
+        self._ref = ref
+        self._name = name
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        try:
+            return (yield from self._ref.__await__())
+        except RayError as exc:
+            raise translate(exc, self._name) from exc
+
+
+class _Port:
+    """A typed port (HostPort, RegistryPort...) over one actor handle: ``port.m(*a)`` starts
+    ``handle.m.remote(*a)`` at once and returns a :class:`_Call`."""
+
+    def __init__(self, handle: Any, name: str) -> None:
+        self.handle = handle
+        self.name = name
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        remote = getattr(self.handle, method).remote
+        name = self.name
+
+        def call(*args: Any, **kwargs: Any) -> _Call:
+            return _Call(remote(*args, **kwargs), name)
+
+        setattr(self, method, call)  # the next call skips __getattr__
+        return call
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Port, (self.handle, self.name))
+
+
+def _remote(kind: str) -> Any:
+    """The Ray actor class of a kind of reach process (made once per process)."""
+    made = _CLASSES.get(kind)
+    if made is None:
+        import importlib
+
+        module, name = _ACTORS[kind]
+        plain = getattr(importlib.import_module(module), name)
+        made = _CLASSES[kind] = ray.remote(**_OPTIONS[kind])(plain)
+    return made
+
+
+#: Where each kind of reach process is written (plain classes: Ray is applied here).
+_ACTORS = {"host": ("actors.host", "AgentHost"), "registry": ("actors.registry", "Registry"),
+           "store": ("actors.sessions", "SessionStore"),
+           "supervisor": ("actors.supervisor", "Supervisor"), "inbox": ("actors.inbox", "Inbox")}
+_CLASSES: dict[str, Any] = {}
+
+
+class RayCluster:
+    """The :class:`~reach.cluster.Cluster` on Ray: reach's processes are named actors in the
+    ``reach`` namespace. Pickles as its namespace only (each process looks handles up anew)."""
+
+    def __init__(self, security: SecurityConfig, namespace: str = NAMESPACE) -> None:
+        self.security = security
+        self.namespace = namespace
+        self._ports: dict[str, _Port] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RayCluster, (self.security, self.namespace))
+
+    def guard(self) -> Guard | None:
+        """See :meth:`reach.cluster.Cluster.guard`."""
+        return guard_for(self.security)
+
+    def _port(self, name: str) -> _Port:
+        port = self._ports.get(name)
+        if port is None:
+            try:
+                handle = ray.get_actor(name, namespace=self.namespace)
+            except ValueError as exc:  # Ray's way of saying that no actor has the name
+                raise AgentUnavailable(f"{name} does not exist (its process is gone)",
+                                       details={"endpoint": name}) from exc
+            port = self._ports[name] = _Port(handle, name)
+        return port
+
+    def registry(self) -> RegistryPort:
+        """See :meth:`reach.cluster.Cluster.registry`."""
+        return cast(RegistryPort, self._port(REGISTRY_NAME))
+
+    def store(self) -> StorePort:
+        """See :meth:`reach.cluster.Cluster.store`."""
+        try:
+            return cast(StorePort, self._port(STORE_NAME))
+        except AgentUnavailable as exc:
+            raise SessionNotFound("no session store is running",
+                                  suggestion="start the runtime with reach.init() first") from exc
+
+    def endpoint(self, name: str) -> Endpoint:
+        """See :meth:`reach.cluster.Cluster.endpoint`."""
+        return cast(Endpoint, self._port(name))
+
+    def host(self, name: str) -> HostPort:
+        """See :meth:`reach.cluster.Cluster.host`."""
+        return cast(HostPort, self._port(name))
+
+    def supervisor(self, name: str) -> SupervisorPort:
+        """See :meth:`reach.cluster.Cluster.supervisor`."""
+        try:
+            return cast(SupervisorPort, self._port(name))
+        except AgentUnavailable as exc:
+            raise AgentNotFound(f"no supervisor {name!r} is running",
+                                details={"supervisor": name}) from exc
+
+    def forget(self, name: str) -> None:
+        """See :meth:`reach.cluster.Cluster.forget`."""
+        self._ports.pop(name, None)
+
+    def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
+        """See :meth:`reach.cluster.Cluster.start_host`."""
+        options: dict[str, Any] = {"name": name, "namespace": self.namespace}
+        for key in ("num_cpus", "num_gpus", "memory"):
+            if getattr(shape, key) is not None:
+                options[key] = getattr(shape, key)
+        if shape.resources:
+            options["resources"] = dict(shape.resources)
+        if shape.node_id is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                shape.node_id, soft=not shape.node_strict)
+        if shape.lasting:
+            options.update(get_if_exists=True, lifetime="detached", max_restarts=-1)
+        handle = _remote("host").options(**options).remote(name, self, limits)
+        port = self._ports[name] = _Port(handle, name)
+        return cast(HostPort, port)
+
+    def start_supervisor(self, spec: Any, parent: str | None, limits: CallLimits,
+                         node_id: str) -> SupervisorPort:
+        """See :meth:`reach.cluster.Cluster.start_supervisor`."""
+        from reach.names import supervisor_name
+
+        name = supervisor_name(spec.name)
+        # Hard affinity: Ray ignores soft affinity for an actor that asks for no CPU.
+        options: dict[str, Any] = {
+            "name": name, "namespace": self.namespace, "num_cpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+        if parent is None:  # a root outlives the driver's job only as long as the driver
+            options["lifetime"] = "detached"
+        try:
+            handle = _remote("supervisor").options(**options).remote(spec, self, parent, limits)
+        except ValueError as exc:
+            raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
+                                     details={"supervisor": spec.name}) from exc
+        port = self._ports[name] = _Port(handle, name)
+        return cast(SupervisorPort, port)
+
+    def start_inbox(self, name: str) -> InboxPort:
+        """See :meth:`reach.cluster.Cluster.start_inbox`."""
+        # Hard affinity: the driver's node is alive while the driver is.
+        here = NodeAffinitySchedulingStrategy(self.node_id(), soft=False)
+        handle = _remote("inbox").options(name=name, namespace=self.namespace,
+                                          scheduling_strategy=here).remote()
+        port = self._ports[name] = _Port(handle, name)
+        return cast(InboxPort, port)
+
+    def kill(self, port: Endpoint) -> None:
+        """See :meth:`reach.cluster.Cluster.kill`."""
+        self._ports.pop(port.name, None)
+        handle = port.handle if isinstance(port, _Port) else None
+        if handle is not None:
+            ray.kill(handle)
+
+    def node_id(self) -> str:
+        """See :meth:`reach.cluster.Cluster.node_id`."""
+        return str(ray.get_runtime_context().get_node_id())
+
+    def nodes(self) -> Sequence[NodeInfo]:
+        """See :meth:`reach.cluster.Cluster.nodes`."""
+        found: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        return [NodeInfo(str(n["NodeID"]), bool(n.get("Alive")), dict(n.get("Resources", {})))
+                for n in found]
+
+    def restarted(self) -> bool:
+        """See :meth:`reach.cluster.Cluster.restarted`."""
+        # Ray's own property reads its deprecated ``actor_id`` and warns on every call: a user
+        # should not see that warning for reach's use of it.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+    # -- what only a driver does -------------------------------------------------------------
+
+    def start_registry(self, interval_s: float, misses: int, pin: str | None) -> RegistryPort:
+        """The registry, started unless it runs (two drivers at once get the same one)."""
+        options: dict[str, Any] = {"name": REGISTRY_NAME, "namespace": self.namespace,
+                                   "lifetime": "detached", "get_if_exists": True, "num_cpus": 0}
+        if pin:  # where the session store is (the head, on a `ray up` cluster)
+            options["resources"] = {pin: 0.001}
+        handle = _remote("registry").options(**options).remote(self, interval_s, misses)
+        self._ports[REGISTRY_NAME] = _Port(handle, REGISTRY_NAME)
+        return self.registry()
+
+    def start_store(self, path: str, pin: str | None, options: dict[str, Any]) -> StorePort:
+        """The session store, started unless it runs; pinned to the node with ``pin``."""
+        actor: dict[str, Any] = {"name": STORE_NAME, "namespace": self.namespace,
+                                 "lifetime": "detached", "get_if_exists": True, "num_cpus": 0}
+        if pin:  # so that its SQLite file stays put
+            actor["resources"] = {pin: 0.001}
+        handle = _remote("store").options(**actor).remote(self, path, **options)
+        self._ports[STORE_NAME] = _Port(handle, STORE_NAME)
+        return self.store()
+
+    def wait(self, calls: Sequence[Awaitable[Any]], timeout_s: float) -> None:
+        """Blocks until the calls end or ``timeout_s`` passes (for synchronous shutdowns)."""
+        refs = [c._ref for c in calls if isinstance(c, _Call)]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+
+    def get(self, call: Awaitable[Any], timeout_s: float) -> Any:
+        """The result of a call, blocking (outside an event loop only).
+
+        Raises:
+            ReachError: the call failed (translated), or took longer than ``timeout_s``.
+        """
+        assert isinstance(call, _Call)
+        try:
+            return ray.get(call._ref, timeout=timeout_s)
+        except RayError as exc:
+            raise translate(exc, call._name) from exc
+
+    def resources(self) -> dict[str, float]:
+        """The cluster's total resources, by name."""
+        found: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return found
+
+    def named(self) -> list[str]:
+        """Names of the live actors of this namespace."""
+        return [str(n["name"]) for n in ray.util.list_named_actors(all_namespaces=True)
+                if n.get("namespace") == self.namespace]
+
+
+def is_initialized() -> bool:
+    """Whether this process is connected to Ray."""
+    return bool(ray.is_initialized())
+
+
+def start(address: str, runtime_env: dict[str, Any], **kwargs: Any) -> None:
+    """Starts (``address="local"``) or joins Ray, in reach's namespace."""
+    ray.init(address=address, namespace=NAMESPACE, runtime_env=runtime_env, **kwargs)
+
+
+def job_env() -> dict[str, str]:
+    """The environment variables of the Ray job this process runs in."""
+    env: dict[str, str] = ray.get_runtime_context().runtime_env.env_vars()
+    return env
+
+
+def shutdown() -> None:
+    """Disconnects this process from Ray (stopping the Ray it started, if it did)."""
+    ray.shutdown()
+
+
+def join(address: str | None, probe_s: float) -> str:
+    """Joins a running Ray without ever starting one; returns its address.
+
+    Raises:
+        AgentUnavailable: no Ray answers at the address (or none could be found).
+    """
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    suggestion = "start one (`ray start --head`, or a driver calling reach.init()), " \
+                 "or pass --address"
+    try:  # Ray's own resolution: RAY_ADDRESS, the last `ray start`, a Ray process here
+        where = address if address and address.startswith("ray://") else \
+            canonicalize_bootstrap_address_or_die(address)  # type: ignore[arg-type] # None: auto
+    except (ConnectionError, ValueError) as exc:
+        raise AgentUnavailable(f"no running Ray cluster found: {exc}",
+                               suggestion=suggestion) from None
+    host, _, port = where.removeprefix("ray://").rpartition(":")
+    try:  # ray.init would retry an address where nothing listens for minutes
+        socket.create_connection((host, int(port)), timeout=probe_s).close()
+    except (OSError, ValueError) as exc:
+        raise AgentUnavailable(f"no Ray cluster answers at {where}: {exc}",
+                               suggestion=suggestion, details={"address": where}) from None
+    ray.init(address=where, namespace=NAMESPACE, log_to_driver=False,
+             logging_level=logging.ERROR)
+    return where
+
+
+def metric_types() -> tuple[Any, Any, Any] | None:
+    """Ray's Counter, Gauge and Histogram, or None when this process is not on Ray."""
+    if not ray.is_initialized():
+        return None
+    from ray.util.metrics import Counter, Gauge, Histogram
+
+    return Counter, Gauge, Histogram
+
+
+def check_address(address: str | None) -> str:
+    """The address :func:`reach.init` starts or joins Ray at.
+
+    Raises:
+        ConfigError: an address that is not a string.
+    """
+    where = address or os.environ.get("RAY_ADDRESS") or "local"
+    if not isinstance(where, str):
+        raise ConfigError(f"address must be a string, not {type(where).__name__}")
+    return where
+
+
+__all__ = ["RayCluster", "is_initialized", "join", "shutdown", "start", "translate"]

@@ -1,0 +1,79 @@
+"""A process's way to the session store: its port, with appends coalesced.
+
+Many small appends from one process become few store calls: while one ``append_many`` call is in
+flight, every append made meanwhile joins the next one (as the transport does for envelopes), and
+the store commits each call's writes together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from reach.cluster import Cluster, StorePort
+from reach.errors import ErrorInfo, ReachError, error_from_info
+
+Message = dict[str, object]
+
+
+class StoreClient:
+    """The session store as one process uses it (created on first use, by :attr:`Link.store`).
+
+    Args:
+        cluster: Where the store is.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self._port: StorePort | None = None
+        self._queue: list[tuple[str, list[dict[str, object]], asyncio.Future[list[int]]]] = []
+        self._busy = False
+
+    @property
+    def port(self) -> StorePort:
+        """The store's port.
+
+        Raises:
+            SessionNotFound: no session store runs.
+        """
+        if self._port is None:
+            self._port = self._cluster.store()
+        return self._port
+
+    async def append(self, session_id: str, messages: list[dict[str, object]]) -> list[int]:
+        """Appends once committed; returns the sequence numbers.
+
+        Raises:
+            SessionNotFound: no such session (or another store error, typed).
+        """
+        port = self.port
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._queue.append((session_id, messages, future))
+        if not self._busy:
+            self._busy = True
+            asyncio.get_running_loop().create_task(self._drain(port))
+        return await future
+
+    async def _drain(self, port: StorePort) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    results = await port.append_many([(s, m) for s, m, _ in batch])
+                except ReachError as error:
+                    for *_, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                for (*_, future), result in zip(batch, results, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, dict):
+                        future.set_exception(error_from_info(ErrorInfo.model_validate(result)))
+                    else:
+                        future.set_result(result)
+                await asyncio.sleep(0)  # let woken appenders join the next call
+        finally:
+            self._busy = False
+
+
+__all__ = ["StoreClient"]
