@@ -8,6 +8,7 @@ Another database replaces SQLite by implementing :class:`SessionStorage`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,7 +40,13 @@ class WriteBatch:
 
 
 class SessionStorage(Protocol):
-    """What the session store needs from a database."""
+    """What the session store needs from a database.
+
+    Attributes:
+        path: Where the database is (shown in the store's stats).
+    """
+
+    path: Path
 
     async def open(self) -> None:
         """Opens (creating if need be) the database."""
@@ -68,6 +75,13 @@ class SessionStorage(Protocol):
 
     async def integrity(self) -> str:
         """The database's own integrity check result (``ok`` when sound)."""
+
+    async def audit_tail(self) -> tuple[int, str]:
+        """The last audit record's (seq, hash): (0, GENESIS) for an empty log."""
+
+    async def audit_records(self, trace_id: str | None, agent: str | None,
+                            limit: int) -> list[dict[str, Any]]:
+        """Audit records, oldest first, optionally of one trace or one agent."""
 
 
 _SCHEMA = """
@@ -115,12 +129,14 @@ class SqliteStorage:
             process.
     """
 
-    def __init__(self, path: str | Path, synchronous: str = "FULL") -> None:
+    def __init__(self, path: str | Path, synchronous: str = "FULL",
+                 connect: Callable[..., Any] = aiosqlite.connect) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
             # SQLite would silently take an unknown value as NORMAL: weaker than asked for.
             raise StorageError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = Path(path)
         self.synchronous = synchronous.upper()
+        self._connect = connect
         self._db: aiosqlite.Connection | None = None
 
     @property
@@ -137,7 +153,7 @@ class SqliteStorage:
     async def open(self) -> None:
         """Opens the file (creating folder, file and tables), in WAL mode."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        self._db = await self._connect(self.path, isolation_level=None)
         await self.db.execute("PRAGMA journal_mode=WAL")
         await self.db.execute(f"PRAGMA synchronous={self.synchronous}")
         await self.db.executescript(_SCHEMA)

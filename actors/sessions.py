@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from actors.session_storage import SqliteStorage, WriteBatch, pack
+from actors.session_storage import SessionStorage, SqliteStorage, WriteBatch, pack
 from policies.audit import canonical, chain_hash
 from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
 from policies.sessions import negotiate as negotiate_terms
@@ -51,14 +51,18 @@ class SessionStore:
         keep_last: Messages kept unfolded by compaction.
         summariser: ``None`` for the deterministic default, or the ID of an agent that answers
             ``reach.summarise@1.0`` requests with a new summary.
+        storage: The database behind it (default: SQLite at ``path``).
+        name: This store's endpoint name, where a summariser agent's replies are sent (the
+            deployment's store is ``reach.sessions``; another store must give its own).
     """
 
     def __init__(self, cluster: Cluster, path: str, *, synchronous: str = "FULL",
                  group_commit: bool = True, compact_after: int = COMPACT_AFTER,
-                 keep_last: int = KEEP_LAST, summariser: str | None = None) -> None:
+                 keep_last: int = KEEP_LAST, summariser: str | None = None,
+                 storage: SessionStorage | None = None, name: str = STORE_NAME) -> None:
         self.cluster = cluster
-        self.name = STORE_NAME
-        self.storage = SqliteStorage(Path(path), synchronous)
+        self.name = name
+        self.storage = storage or SqliteStorage(Path(path), synchronous)
         self.group_commit = group_commit
         self.compact_after, self.keep_last = compact_after, keep_last
         self.summariser = summariser

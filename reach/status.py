@@ -1,32 +1,67 @@
 """What ``reach status`` shows: agents, supervisors, tasks and dead letters of a running cluster.
 
-:func:`connect` joins a running Ray without ever starting one; :func:`gather` asks the registry,
-every host and every supervisor, each call bounded by a timeout. Everything else is pure:
-building rows and trees from their answers (:func:`agent_rows`, :func:`supervisor_forest`) and
+:func:`connect` joins a running Ray without ever starting one (through :mod:`reach._ray`, the
+one module that talks to Ray); :func:`gather` asks the registry, every host and every supervisor
+through the cluster's ports, each call bounded by a timeout. Everything else is pure: building
+rows and trees from their typed answers (:func:`agent_rows`, :func:`supervisor_forest`) and
 formatting them as text (:func:`format_status`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import socket
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-import ray
+from reach.errors import AgentUnavailable, ConfigError, ReachError
+from reach.names import SUPERVISOR_PREFIX, supervisor_name
+from reach.records import (
+    AgentRecord,
+    AgentStatus,
+    ChildKind,
+    DeadLetter,
+    SupervisorState,
+    SupervisorStatus,
+)
 
-from reach.errors import AgentUnavailable, ConfigError
-from reach.names import NAMESPACE, REGISTRY_NAME, supervisor_name
+if TYPE_CHECKING:
+    from reach._ray import RayCluster
+    from reach.cluster import HostPort, NodeInfo, RegistryPort, SupervisorPort
+
+T = TypeVar("T")
 
 #: How long to wait for a TCP connection to the cluster's address before calling it unreachable.
 PROBE_S = 2.0
 #: The registry keeps at most this many dead letters; all of them are counted.
 DEAD_LETTERS_KEPT = 10_000
-SUPERVISOR_PREFIX = supervisor_name("")
+
+
+class Observed(Protocol):
+    """What ``reach status`` asks of a cluster: :class:`reach._ray.RayCluster` answers it all,
+    and a unit test's stand-in needs nothing more."""
+
+    def registry(self) -> RegistryPort:
+        """The registry."""
+        ...
+
+    def host(self, name: str) -> HostPort:
+        """A named host (AgentUnavailable when none lives)."""
+        ...
+
+    def supervisor(self, name: str) -> SupervisorPort:
+        """A supervisor by its actor name (AgentNotFound when none runs)."""
+        ...
+
+    def nodes(self) -> Sequence[NodeInfo]:
+        """Every node known, alive or not."""
+        ...
+
+    def named(self) -> list[str]:
+        """Names of reach's live processes."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -35,9 +70,9 @@ class AgentRow:
 
     Attributes:
         agent_id: The agent's ID.
-        node: The first 8 characters of its Ray node's ID.
-        host: Its host's actor name, without the ``reach.`` prefix.
-        status: ``online``, ``offline``, ``restarting``...
+        node: The first 8 characters of its node's ID.
+        host: Its host's name, without the ``reach.`` prefix.
+        status: Where it is in its life (online, restarting, recovering, offline).
         load: Requests in flight (from its host when it answered, else the last heartbeat).
         epoch: Incarnation number, larger after each restart.
     """
@@ -45,7 +80,7 @@ class AgentRow:
     agent_id: str
     node: str
     host: str
-    status: str
+    status: AgentStatus
     load: int
     epoch: int
 
@@ -66,7 +101,7 @@ class ChildRow:
     restart: str
     restarts: int
     host: str = ""
-    kind: str = "agent"
+    kind: ChildKind = ChildKind.AGENT
 
 
 @dataclass(frozen=True)
@@ -75,35 +110,37 @@ class SupervisorNode:
 
     Attributes:
         name: The supervisor's name.
-        state: ``running``, ``stopped``, ``failed``... or ``unreachable: <why>``.
+        state: starting, running, stopping, stopped, failed, or unreachable.
         strategy: one_for_one, one_for_all or rest_for_one.
-        node: The first 8 characters of its Ray node's ID (empty if unknown).
+        node: The first 8 characters of its node's ID (empty if unknown).
         restart: How its parent treats it (empty for a root).
         restarts: How many times its parent restarted it.
         tasks: Its tasks by state.
         children: Its children, agents and supervisors.
+        detail: Why it is unreachable, for an unreachable one (may be empty).
         kind: Always ``supervisor``.
     """
 
     name: str
-    state: str
+    state: SupervisorState
     strategy: str = ""
     node: str = ""
     restart: str = ""
     restarts: int = 0
     tasks: dict[str, int] = field(default_factory=dict)
     children: tuple[ChildRow | SupervisorNode, ...] = ()
-    kind: str = "supervisor"
+    detail: str = ""
+    kind: ChildKind = ChildKind.SUPERVISOR
 
 
 @dataclass(frozen=True)
 class ClusterStatus:
-    """Everything ``reach status`` reports.
+    """Everything ``reach status`` reports (``dataclasses.asdict`` makes it JSON-ready).
 
     Attributes:
         address: The cluster's address.
         taken_at: When it was gathered (seconds since the epoch).
-        nodes: Ray nodes alive.
+        nodes: Nodes alive.
         hosts: Hosts holding agents; ``unreachable_hosts`` of them did not answer.
         agents: Every registered agent, sorted by ID.
         supervisors: The supervision trees, by root name.
@@ -121,7 +158,7 @@ class ClusterStatus:
     supervisors: tuple[SupervisorNode, ...]
     tasks: dict[str, int]
     dead_letters: int
-    recent_letters: tuple[dict[str, Any], ...]
+    recent_letters: tuple[DeadLetter, ...]
     unreachable_hosts: tuple[str, ...] = ()
 
 
@@ -139,139 +176,152 @@ def connect(address: str | None = None, probe_s: float = PROBE_S) -> str:
     Raises:
         ConfigError: no running cluster was found, or nothing answers at its address.
     """
-    from ray._private.services import canonicalize_bootstrap_address_or_die
+    from reach import _ray
 
-    suggestion = "start one (`ray start --head`, or a driver calling reach.init()), " \
-                 "or pass --address / set RAY_ADDRESS"
-    try:  # Ray's own resolution: RAY_ADDRESS, the last `ray start`, a Ray process on this machine
-        where = address if address and address.startswith("ray://") else \
-            canonicalize_bootstrap_address_or_die(address)  # type: ignore[arg-type] # None: auto
-    except (ConnectionError, ValueError) as exc:
-        raise ConfigError(f"no running Ray cluster found: {exc}", suggestion=suggestion,
-                          details={"setting": "address"}) from exc
-    host, _, port = where.removeprefix("ray://").rpartition(":")
-    try:  # ray.init would retry an address where nothing listens for minutes
-        with socket.create_connection((host, int(port)), timeout=probe_s):
-            pass
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"no Ray cluster answers at {where} ({exc})", suggestion=suggestion,
-                          details={"setting": "address", "address": where}) from exc
-    ray.init(address=where, namespace=NAMESPACE, log_to_driver=False,
-             logging_level=logging.ERROR)
-    return where
+    try:
+        return _ray.join(address, probe_s)
+    except AgentUnavailable as exc:  # for a command, a cluster not there is a wrong setting
+        raise ConfigError(exc.message,
+                          suggestion="start one (`ray start --head`, or a driver calling "
+                                     "reach.init()), or pass --address / set RAY_ADDRESS",
+                          details={**exc.details, "setting": "address"}) from exc
 
 
-def find_registry() -> Any:
-    """The registry actor of the cluster this process is connected to.
+def find_cluster() -> RayCluster:
+    """The reach deployment on the Ray this process joined (see :func:`connect`).
+
+    Its security settings do not matter: ``reach status`` only reads, and reads are unsigned.
 
     Raises:
         ConfigError: reach has never run on this cluster (it has no registry).
     """
+    from reach import _ray
+    from reach.guard import SecurityConfig
+
+    cluster = _ray.RayCluster(SecurityConfig(sign=False))
     try:
-        return ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
-    except ValueError as exc:
+        cluster.registry()
+    except AgentUnavailable as exc:
         raise ConfigError("Ray is running, but reach has not been started on it (no registry)",
                           suggestion="start agents from a driver that calls reach.init()",
                           details={"setting": "address"}) from exc
+    return cluster
 
 
-async def gather(registry: Any, *, address: str = "", letters: int = 5,
+async def gather(cluster: Observed, *, address: str = "", letters: int = 5,
                  timeout_s: float = 5.0) -> ClusterStatus:
     """Asks the registry, the hosts and the supervisors for their state.
 
+    A host or supervisor that is gone, fails or does not answer within ``timeout_s`` is
+    reported as such; only the registry must answer.
+
     Args:
-        registry: Handle of the Registry actor.
+        cluster: The cluster (:func:`find_cluster`, or a runtime's ``cluster``).
         address: The cluster's address, to show.
         letters: How many of the last dead letters to keep.
         timeout_s: How long each call may take.
 
     Raises:
-        AgentUnavailable: the registry did not answer within ``timeout_s``.
+        AgentUnavailable: the registry is gone or did not answer within ``timeout_s``.
     """
     try:
+        registry = cluster.registry()
         records, dead = await asyncio.wait_for(asyncio.gather(
-            registry.agents.remote(), registry.dead_letters.remote(DEAD_LETTERS_KEPT)),
-            timeout_s)
-    except (TimeoutError, ray.exceptions.RayError) as exc:
-        raise AgentUnavailable(f"the registry did not answer within {timeout_s} s: {exc}",
+            registry.agents(), registry.dead_letters(DEAD_LETTERS_KEPT)), timeout_s)
+    except (TimeoutError, AgentUnavailable) as exc:
+        why = exc.message if isinstance(exc, AgentUnavailable) else f"no answer in {timeout_s} s"
+        raise AgentUnavailable(f"the registry did not answer: {why}",
                                suggestion="try again; the registry may be restarting") from exc
-    host_names = sorted({r["host"] for r in records})
-    infos = await asyncio.gather(*(_ask(h, "info", timeout_s) for h in host_names))
+    host_names = sorted({r.host for r in records if r.host})  # a placeholder has no host
+    infos = await asyncio.gather(*(_loads(cluster, h, timeout_s) for h in host_names))
     loads: dict[str, int] = {}
     for info in infos:
-        if info is not None:
-            loads.update(info["agents"])
-    sup_names = sorted(n["name"].removeprefix(SUPERVISOR_PREFIX)
-                       for n in ray.util.list_named_actors(all_namespaces=True)
-                       if n["namespace"] == NAMESPACE and n["name"].startswith(SUPERVISOR_PREFIX))
-    answers = await asyncio.gather(
-        *(_ask(supervisor_name(n), "status", timeout_s) for n in sup_names))
-    statuses = {n: a if a is not None else {"name": n, "state": "unreachable"}
-                for n, a in zip(sup_names, answers, strict=True)}
-    forest = supervisor_forest(statuses)
+        loads.update(info or {})
+    sup_names = sorted(n.removeprefix(SUPERVISOR_PREFIX) for n in cluster.named()
+                       if n.startswith(SUPERVISOR_PREFIX))
+    answers = await asyncio.gather(*(_status(cluster, n, timeout_s) for n in sup_names))
+    forest = supervisor_forest(dict(zip(sup_names, answers, strict=True)))
     return ClusterStatus(
         address=address, taken_at=time.time(),
-        nodes=len([n for n in ray.nodes() if n.get("Alive")]),  # type: ignore[no-untyped-call]
-        hosts=len(host_names),
+        nodes=sum(1 for n in cluster.nodes() if n.alive), hosts=len(host_names),
         agents=tuple(agent_rows(records, loads)), supervisors=tuple(forest),
         tasks=task_totals(forest), dead_letters=len(dead),
         recent_letters=tuple(dead[-letters:] if letters > 0 else ()),
         unreachable_hosts=tuple(h for h, i in zip(host_names, infos, strict=True) if i is None))
 
 
-async def _ask(actor_name: str, method: str, timeout_s: float) -> Any:
-    """Calls ``method`` of a named actor; None if it is gone or does not answer in time."""
+async def _loads(cluster: Observed, host: str, timeout_s: float) -> dict[str, int] | None:
+    """Requests in flight per agent of a host; None if it is gone or does not answer."""
     try:
-        handle = ray.get_actor(actor_name, namespace=NAMESPACE)
-        return await asyncio.wait_for(getattr(handle, method).remote(), timeout_s)
-    except (ValueError, TimeoutError, ray.exceptions.RayError):
+        info = await _within(lambda: cluster.host(host).info(), timeout_s)
+    except Exception:  # one broken host must not hide the others
         return None
+    return {str(agent_id): int(n) for agent_id, n in info.get("agents", {}).items()}
+
+
+async def _status(cluster: Observed, name: str, timeout_s: float) -> SupervisorStatus:
+    """A supervisor's status; an unreachable one, with why, if it is gone or does not answer."""
+    try:
+        return await _within(lambda: cluster.supervisor(supervisor_name(name)).status(),
+                             timeout_s)
+    except Exception as exc:  # one broken supervisor must not hide the others
+        detail = exc.message if isinstance(exc, ReachError) else f"{type(exc).__name__}: {exc}"
+        return SupervisorStatus(name, SupervisorState.UNREACHABLE, detail=detail)
+
+
+async def _within(call: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+    """Makes a call to a process (finding it may fail too) and waits ``timeout_s`` at most.
+
+    Raises:
+        AgentUnavailable: it did not answer in time.
+        Exception: what the call raised.
+    """
+    try:
+        return await asyncio.wait_for(call(), timeout_s)
+    except TimeoutError as exc:
+        raise AgentUnavailable(f"no answer within {timeout_s} s") from exc
 
 
 # -- building rows and trees (pure) ----------------------------------------------------------
 
 
 def short_host(name: str) -> str:
-    """A host's actor name without the ``reach.`` prefix every host name has."""
+    """A host's name without the ``reach.`` prefix every host name has."""
     return name.removeprefix("reach.")
 
 
-def agent_rows(records: Iterable[Mapping[str, Any]], loads: Mapping[str, int]) -> list[AgentRow]:
+def agent_rows(records: Iterable[AgentRecord], loads: Mapping[str, int]) -> list[AgentRow]:
     """Rows of registry records, sorted by ID; ``loads`` (from the hosts) beat the records'."""
-    return sorted((AgentRow(agent_id=r["agent_id"], node=str(r.get("node", ""))[:8],
-                            host=short_host(r["host"]), status=r["status"],
-                            load=int(loads.get(r["agent_id"], r.get("load", 0))),
-                            epoch=int(r.get("epoch", 0)))
+    return sorted((AgentRow(agent_id=r.agent_id, node=r.node[:8], host=short_host(r.host),
+                            status=r.status, load=loads.get(r.agent_id, r.load), epoch=r.epoch)
                    for r in records), key=lambda row: row.agent_id)
 
 
-def supervisor_node(status: Mapping[str, Any], *, restart: str = "",
+def supervisor_node(status: SupervisorStatus, *, restart: str = "",
                     restarts: int = 0) -> SupervisorNode:
-    """The tree of one supervisor's ``status()`` answer (its subtree nested)."""
-    counts = Counter(str(r.get("child")) for r in status.get("restarts", ()))
-    subtree: Mapping[str, Any] = status.get("subtree", {})
+    """The tree of one supervisor's status (its subtree nested)."""
+    counts = Counter(r.child for r in status.restarts)
     children: list[ChildRow | SupervisorNode] = []
-    for child in status.get("children", ()):
-        child_id, child_restart = str(child["id"]), str(child.get("restart", ""))
-        if child_id in subtree:
-            children.append(supervisor_node(subtree[child_id], restart=child_restart,
-                                            restarts=counts[child_id]))
+    for child in status.children:
+        sub = status.subtree.get(child.child_id)
+        if sub is not None:
+            children.append(supervisor_node(sub, restart=child.restart,
+                                            restarts=counts[child.child_id]))
         else:
-            children.append(ChildRow(child_id, child_restart, counts[child_id],
-                                     short_host(child.get("host") or "")))
-    return SupervisorNode(name=str(status.get("name", "?")), state=str(status.get("state", "?")),
-                          strategy=str(status.get("strategy", "")),
-                          node=str(status.get("node") or "")[:8], restart=restart,
-                          restarts=restarts, tasks=dict(status.get("tasks", {})),
-                          children=tuple(children))
+            children.append(ChildRow(child.child_id, child.restart, counts[child.child_id],
+                                     short_host(child.host or "")))
+    return SupervisorNode(name=status.name, state=status.state, strategy=status.strategy,
+                          node=status.node[:8], restart=restart, restarts=restarts,
+                          tasks=dict(status.tasks), children=tuple(children),
+                          detail=status.detail)
 
 
-def supervisor_forest(statuses: Mapping[str, Mapping[str, Any]]) -> list[SupervisorNode]:
+def supervisor_forest(statuses: Mapping[str, SupervisorStatus]) -> list[SupervisorNode]:
     """The trees of every supervisor's status, by root name (a nested one is not a root)."""
     nested: set[str] = set()
 
-    def collect(status: Mapping[str, Any]) -> None:
-        for name, sub in status.get("subtree", {}).items():
+    def collect(status: SupervisorStatus) -> None:
+        for name, sub in status.subtree.items():
             nested.add(name)
             collect(sub)
 
@@ -331,7 +381,8 @@ def _counts(counts: Mapping[str, int]) -> str:
 
 
 def _supervisor_line(node: SupervisorNode) -> str:
-    parts = [node.name, node.state]
+    why = node.detail.strip().splitlines()  # an unreachable one's first line of why
+    parts = [node.name, f"{node.state}: {why[0]}" if why else node.state]
     if node.strategy:
         parts.append(node.strategy)
     if node.node:
@@ -371,14 +422,13 @@ def format_supervisors(forest: Sequence[SupervisorNode]) -> list[str]:
     return lines
 
 
-def format_dead_letters(count: int, recent: Sequence[Mapping[str, Any]], now: float) -> list[str]:
+def format_dead_letters(count: int, recent: Sequence[DeadLetter], now: float) -> list[str]:
     """The dead letters section: how many, then the last few with their age and reason."""
     lines = [f"dead letters: {count}" + (f" (last {len(recent)})" if recent else "")]
     for letter in recent:
-        age = max(0.0, now - float(letter.get("at", now)))
-        lines.append(f"  {_age(age):>8} ago  {letter.get('code', '?')}  "
-                     f"{letter.get('sender', '?')} -> {letter.get('receiver', '?')}  "
-                     f"{letter.get('msg_type', '')}  {letter.get('reason', '')}".rstrip())
+        age = max(0.0, now - letter.at)
+        lines.append(f"  {_age(age):>8} ago  {letter.code}  {letter.sender} -> {letter.receiver}"
+                     f"  {letter.msg_type}  {letter.reason}".rstrip())
     return lines
 
 

@@ -68,14 +68,16 @@ async def wait_until(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.
 
 
 async def kill_and_wait(host: Any) -> None:
-    """Kills a host actor and returns once calls to it fail (Ray has seen it die)."""
+    """Kills a host from outside, as a crash would (``host``: a port, as ``rt.cluster.host``
+    gives it, or its Ray actor handle), and returns once calls to it fail (Ray saw it die)."""
     import ray
 
-    ray.kill(host)
+    handle = getattr(host, "handle", host)
+    ray.kill(handle)
 
     async def dead() -> bool:
         try:
-            await host.count.remote()
+            await handle.count.remote()
         except ray.exceptions.RayActorError:
             return True
         return False

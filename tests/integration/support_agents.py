@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 import reach
 from policies.sessions import Limits, PendingAction
+from reach.sessions import find_session
 
 
 @reach.schema("test.text@1.0")
@@ -79,8 +80,8 @@ class Forwarder(reach.Agent):
                         hops=list(ctx.request_envelope.hops), remaining_ms=ctx.remaining_ms())
         reply = await ctx.request(m.to[0], Forward(to=m.to[1:], text=m.text,
                                                    timeout_ms=m.timeout_ms),
-                                  timeout_ms=m.timeout_ms)
-        return Info.model_validate(reply.payload)
+                                  returns=Info, timeout_ms=m.timeout_ms)
+        return reply.value
 
 
 class Slow(reach.Agent):
@@ -233,9 +234,10 @@ class Talker(reach.Agent):
             rest = m.text.removeprefix("slow")
             await asyncio.sleep(float(rest) if rest.replace(".", "", 1).isdigit() else 30.0)
         before = 0
-        if ctx.session is not None:
-            context = await ctx.session.context(last_n=100)
-            before = context["next_seq"] - 1
+        session = await ctx.session()
+        if session is not None:
+            context = await session.context(last_n=100)
+            before = context.next_seq - 1
         return Text(text=f"{self.id} saw {before} before '{m.text}'")
 
 
@@ -250,9 +252,10 @@ class Asker(reach.Agent):
 
     @reach.handler(Forward)
     async def ask(self, ctx: reach.Context, m: Forward) -> None:
-        session = reach.Session(m.to[0], {})
-        reply = await session.request(ctx, m.to[1], Text(text=m.text), timeout_ms=m.timeout_ms)
-        _note(self.outcomes, f"answered {reply.payload['text']}")
+        session = await find_session(ctx, m.to[0])
+        assert session.peer == m.to[1]
+        reply = await session.request(Text(text=m.text), returns=Text, timeout_ms=m.timeout_ms)
+        _note(self.outcomes, f"answered {reply.value.text}")
 
     async def on_recovered(self, request: reach.Envelope, reply: reach.Envelope | None,
                            error: reach.ReachError | None) -> None:

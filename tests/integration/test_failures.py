@@ -15,6 +15,7 @@ from support_agents import (
     Faulty,
     Forward,
     Forwarder,
+    Info,
     Recorder,
     Slow,
     Streamer,
@@ -50,8 +51,8 @@ async def test_a_chain_longer_than_the_maximum_is_refused(rt: Any) -> None:
         await rt.client.request(ids[0], Forward(to=ids[1:]))
     assert err.value.details["max_hops"] == 16
     # A chain within the limit goes through.
-    reply = await rt.client.request(ids[0], Forward(to=ids[1:10]))
-    assert reply.payload["agent_id"] == ids[9]
+    reply = await rt.client.request(ids[0], Forward(to=ids[1:10]), returns=Info)
+    assert reply.value.agent_id == ids[9]
 
 
 async def test_a_handler_reach_error_keeps_its_severity(rt: Any) -> None:
@@ -82,28 +83,29 @@ async def test_a_constructor_that_raises_fails_the_spawn_clearly(rt: Any) -> Non
 
 async def test_streamed_replies_arrive_in_order(rt: Any) -> None:
     await rt.spawn(Streamer, "f-stream", placement=reach.Packed(pool="failures"))
-    chunks = [c.payload["text"] async for c in rt.client.stream("f-stream", Text(text="s"))]
+    chunks = [c.value.text async for c in rt.client.stream("f-stream", Text(text="s"),
+                                                            returns=Text)]
     assert chunks == ["s-0", "s-1", "s-2"]
 
 
 async def test_an_error_mid_stream_arrives_typed_after_the_chunks(rt: Any) -> None:
     got: list[str] = []
     with pytest.raises(reach.AgentUnavailable, match="mid-stream"):
-        async for chunk in rt.client.stream("f-stream", Text(text="boom")):
-            got.append(chunk.payload["text"])
+        async for chunk in rt.client.stream("f-stream", Text(text="boom"), returns=Text):
+            got.append(chunk.value.text)
     assert got == ["boom-0", "boom-1", "boom-2"]
 
 
 async def test_a_host_killed_mid_request_is_agent_unavailable_not_a_hang(rt: Any) -> None:
     info = await rt.spawn(Slow, "f-doomed")
-    host = ray.get_actor(info.host, namespace="reach")
+    host = rt.cluster.host(info.host)
     call = asyncio.ensure_future(rt.client.request("f-doomed", Text(text="60"), timeout_ms=60_000))
 
     async def in_flight() -> bool:
-        return bool((await host.info.remote())["agents"].get("f-doomed"))
+        return bool((await host.info())["agents"].get("f-doomed"))
 
     await wait_until(in_flight)
-    ray.kill(host)
+    ray.kill(host.handle)  # from outside, as a crash: the driver is not told
     with pytest.raises(reach.AgentUnavailable) as err:
         await asyncio.wait_for(call, timeout=30)
     assert err.value.severity is reach.Severity.RETRYABLE
@@ -115,10 +117,11 @@ async def test_a_dead_host_goes_offline_after_missed_heartbeats(rt: Any) -> None
 
     info = await rt.spawn(Lonely, "f-lonely")
     assert [a.agent_id for a in await rt.client.discover("lonely.echo")] == ["f-lonely"]
-    ray.kill(ray.get_actor(info.host, namespace="reach"))
+    ray.kill(rt.cluster.host(info.host).handle)
+    registry = rt.cluster.registry()
 
     async def offline() -> bool:
-        return (await rt.registry.lookup.remote("f-lonely"))["status"] == "offline"
+        return (await registry.lookup("f-lonely")).status is reach.AgentStatus.OFFLINE
 
     await wait_until(offline, timeout_s=HEARTBEAT_S * MISSES + 10)
     # Discovery no longer offers it (once the client's one-second holder cache has expired).
@@ -131,45 +134,46 @@ async def test_a_dead_host_goes_offline_after_missed_heartbeats(rt: Any) -> None
 
     await wait_until(not_offered)
     with pytest.raises(reach.NoCapableAgent):
-        await rt.client.ask("lonely.echo", Text(text="x"))
+        await rt.client.request_capability("lonely.echo", Text(text="x"))
     with pytest.raises(reach.AgentUnavailable):
         await rt.client.request("f-lonely", Text(text="x"))
 
 
 async def test_the_registry_rebuilds_its_table_after_a_restart(rt: Any) -> None:
     await rt.spawn(Echo, "f-survivor", placement=reach.Packed(pool="failures"))
-    before = (await rt.registry.stats.remote())["incarnation"]
-    ray.kill(rt.registry, no_restart=False)
+    registry = rt.cluster.registry()
+    before = (await registry.stats())["incarnation"]
+    ray.kill(registry.handle, no_restart=False)
 
     async def known_again() -> bool:
         try:
-            stats = await rt.registry.stats.remote()
-            rec = await rt.registry.lookup.remote("f-survivor")
-        except ray.exceptions.RayActorError:
+            stats = await registry.stats()
+            rec = await registry.lookup("f-survivor")
+        except reach.AgentUnavailable:
             return False
         restarted = stats["incarnation"] != before
-        return restarted and rec is not None and rec["status"] == "online"
+        return restarted and rec is not None and rec.status is reach.AgentStatus.ONLINE
 
     await wait_until(known_again, timeout_s=30)
     rt.directory.drop("f-survivor")
-    reply = await rt.client.request("f-survivor", Text(text="back"))
-    assert reply.payload["text"] == "f-survivor:back"
+    reply = await rt.client.request("f-survivor", Text(text="back"), returns=Text)
+    assert reply.value.text == "f-survivor:back"
 
 
 async def test_a_notification_to_a_dead_host_becomes_a_dead_letter(rt: Any) -> None:
     info = await rt.spawn(Recorder, "f-dead-letter")
     await rt.client.notify("f-dead-letter", Text(text="first"))
-    await kill_and_wait(ray.get_actor(info.host, namespace="reach"))
+    await kill_and_wait(rt.cluster.host(info.host))
     # Refused at once (the host is known gone) or failed after leaving: a dead letter either way.
     with contextlib.suppress(reach.AgentUnavailable):
         await rt.client.notify("f-dead-letter", Text(text="into the void"))
 
-    async def lettered() -> list[dict[str, Any]]:
-        return [d for d in await rt.dead_letters() if d["receiver"] == "f-dead-letter"]
+    async def lettered() -> list[reach.DeadLetter]:
+        return [d for d in await rt.dead_letters() if d.receiver == "f-dead-letter"]
 
     letters = await wait_until(lettered)
-    assert letters[0]["msg_type"] == "notification"
-    assert letters[0]["code"] == "agent_unavailable"
+    assert letters[0].msg_type == "notification"
+    assert letters[0].code == "agent_unavailable"
 
 
 async def test_an_agent_unknown_to_a_restarted_registry_is_awaited_while_marked_restarting(
@@ -179,18 +183,20 @@ async def test_an_agent_unknown_to_a_restarted_registry_is_awaited_while_marked_
     # a fatal AgentNotFound; marked offline, it is reported offline.
     from reach.guard import signed_call
 
+    registry = rt.cluster.registry()
     data, sig = signed_call(rt.transport.codec.guard, rt.client.sender,
                             [["f-lost-1"], "restarting"])
-    await rt.registry.mark.remote(rt.client.sender, data, sig)
-    assert (await rt.registry.lookup.remote("f-lost-1"))["status"] == "restarting"
+    await registry.mark(rt.client.sender, data, sig)
+    assert (await registry.lookup("f-lost-1")).status is reach.AgentStatus.RESTARTING
     with pytest.raises(reach.AgentUnavailable) as excinfo:
         await rt.client.request("f-lost-1", Text(text="are you back?"), timeout_ms=500)
     assert excinfo.value.details.get("restarting") is True
     await rt.spawn(Echo, "f-lost-1")  # its restart registers it: the placeholder is replaced
     reply = await rt.client.request("f-lost-1", Text(text="are you back?"))
-    assert reply.payload == {"text": "f-lost-1:are you back?"}
-    info = await rt.registry.lookup.remote("f-lost-1")
-    assert (info["status"], info["capabilities"]) == ("online", ["echo.say", "order.query"])
+    assert reply.value == Text(text="f-lost-1:are you back?")
+    info = await registry.lookup("f-lost-1")
+    assert (info.status, info.capabilities) == (reach.AgentStatus.ONLINE,
+                                                ("echo.say", "order.query"))
     data, sig = signed_call(rt.transport.codec.guard, rt.client.sender, [["f-lost-2"], "offline"])
-    await rt.registry.mark.remote(rt.client.sender, data, sig)
-    assert await rt.registry.lookup.remote("f-lost-2") is None  # only "restarting" leaves a mark
+    await registry.mark(rt.client.sender, data, sig)
+    assert await registry.lookup("f-lost-2") is None  # only "restarting" leaves a mark

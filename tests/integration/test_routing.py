@@ -19,9 +19,10 @@ pytestmark = pytest.mark.integration
 async def test_request_by_id_reaches_a_dedicated_agent_and_keeps_unicode(rt: Any) -> None:
     await rt.spawn(Echo, "r-echo-dedicated")
     reply = await rt.client.request("r-echo-dedicated", Text(text="订单 📦 C:\\tmp"))
-    assert reply.msg_type is reach.MsgType.RESPONSE
-    assert reply.payload == {"text": "r-echo-dedicated:订单 📦 C:\\tmp"}
-    assert reply.sender == "r-echo-dedicated"
+    assert reply.envelope.msg_type is reach.MsgType.RESPONSE
+    assert reply.envelope.payload == {"text": "r-echo-dedicated:订单 📦 C:\\tmp"}
+    assert reply.value == Text(text="r-echo-dedicated:订单 📦 C:\\tmp")
+    assert reply.envelope.sender == "r-echo-dedicated"
 
 
 async def test_packed_agents_share_hosts_and_answer_by_id(rt: Any) -> None:
@@ -29,8 +30,8 @@ async def test_packed_agents_share_hosts_and_answer_by_id(rt: Any) -> None:
                                 placement=reach.Packed(pool="routing", size=2))
     assert len({i.host for i in infos}) == 2
     for i in range(6):
-        reply = await rt.client.request(f"r-packed-{i}", Text(text="hi"))
-        assert reply.payload["text"] == f"r-packed-{i}:hi"
+        reply = await rt.client.request(f"r-packed-{i}", Text(text="hi"), returns=Text)
+        assert reply.value.text == f"r-packed-{i}:hi"
 
 
 async def test_agents_placed_by_resource_run_on_their_node_and_route_across_nodes(
@@ -40,33 +41,34 @@ async def test_agents_placed_by_resource_run_on_their_node_and_route_across_node
     b = await rt.spawn(Echo, "r-node-b", placement=reach.Dedicated(resources={"node_b": 1}))
     assert a.node != b.node
     head_node = ray.get_runtime_context().get_node_id()
-    reply_a = await rt.client.request("r-node-a", {}, "test.whoami@1.0")
-    reply_b = await rt.client.request("r-node-b", {}, "test.whoami@1.0")
-    info_a, info_b = Info.model_validate(reply_a.payload), Info.model_validate(reply_b.payload)
+    reply_a = await rt.client.request("r-node-a", {}, "test.whoami@1.0", returns=Info)
+    reply_b = await rt.client.request("r-node-b", {}, "test.whoami@1.0", returns=Info)
+    info_a, info_b = reply_a.value, reply_b.value
     assert info_a.node == a.node == head_node
     assert info_b.node == b.node != head_node
     # An agent on node A calls one on node B by ID, without knowing where it runs.
     await rt.spawn(Forwarder, "r-fwd-a", placement=reach.Dedicated(resources={"node_a": 1}))
     await rt.spawn(Forwarder, "r-fwd-b", placement=reach.Dedicated(resources={"node_b": 1}))
-    reply = await rt.client.request("r-fwd-a", Forward(to=["r-fwd-b"]))
-    assert Info.model_validate(reply.payload).agent_id == "r-fwd-b"
+    reply = await rt.client.request("r-fwd-a", Forward(to=["r-fwd-b"]), returns=Info)
+    assert reply.value.agent_id == "r-fwd-b"
 
 
 async def test_an_agent_calls_another_from_its_handler_keeping_the_trace(rt: Any) -> None:
     await rt.spawn_many(Forwarder, ["r-chain-1", "r-chain-2", "r-chain-3"],
                         placement=reach.Packed(pool="routing"))
-    reply = await rt.client.request("r-chain-1", Forward(to=["r-chain-2", "r-chain-3"]))
-    info = Info.model_validate(reply.payload)
+    reply = await rt.client.request("r-chain-1", Forward(to=["r-chain-2", "r-chain-3"]),
+                                    returns=Info)
+    info = reply.value
     assert info.agent_id == "r-chain-3"
     assert info.hops == ["r-chain-1", "r-chain-2"]
-    assert info.trace_id == reply.trace_id
+    assert info.trace_id == reply.envelope.trace_id
 
 
 async def test_deadline_shrinks_along_the_call_chain(rt: Any) -> None:
     await rt.spawn_many(Forwarder, ["r-dl-1", "r-dl-2"], placement=reach.Packed(pool="routing"))
     reply = await rt.client.request("r-dl-1", Forward(to=["r-dl-2"], timeout_ms=60_000),
-                                    timeout_ms=3_000)
-    info = Info.model_validate(reply.payload)
+                                    returns=Info, timeout_ms=3_000)
+    info = reply.value
     # The sub-request asked for 60 s but may not outlive its parent's 3 s.
     assert info.remaining_ms is not None
     assert 0 < info.remaining_ms <= 3_000
@@ -77,8 +79,8 @@ async def test_capability_discovery_exact_hierarchy_and_normalised(rt: Any) -> N
     for query in ("refund.request", "refund", "refund.*", "refund_request", "Refund-Request"):
         found = await rt.client.discover(query)
         assert "r-refund-1" in [a.agent_id for a in found], query
-        reply = await rt.client.ask(query, Text(text="x"))
-        assert reply.payload["text"] == "refund:x"
+        reply = await rt.client.request_capability(query, Text(text="x"), returns=Text)
+        assert reply.value.text == "refund:x"
 
 
 async def test_discovery_ranks_by_description_words(rt: Any) -> None:
@@ -100,7 +102,7 @@ async def test_discovery_ranks_by_description_words(rt: Any) -> None:
 async def test_unknown_capability_names_close_matches(rt: Any) -> None:
     await rt.spawn(Refunds, "r-close-refund", placement=reach.Packed(pool="routing"))
     with pytest.raises(reach.NoCapableAgent) as err:
-        await rt.client.ask("refund.reqest", Text(text="x"))
+        await rt.client.request_capability("refund.reqest", Text(text="x"))
     assert "refund.request" in str(err.value)
     assert err.value.details["capability"] == "refund.reqest"
 
@@ -111,15 +113,16 @@ async def test_fanout_sends_to_the_k_least_loaded_and_gathers(rt: Any) -> None:
 
     await rt.spawn_many(FanEcho, ["r-fan-1", "r-fan-2", "r-fan-3"],
                         placement=reach.Packed(pool="routing"))
-    replies = await rt.client.request_capability("fan.echo", Text(text="q"), fanout_limit=2)
-    senders = {r.sender for r in replies}
+    replies = await rt.client.fanout("fan.echo", Text(text="q"), fanout_limit=2)
+    assert all(isinstance(r, reach.Reply) for r in replies), replies
+    senders = {r.envelope.sender for r in replies if isinstance(r, reach.Reply)}
     assert len(replies) == 2
     assert len(senders) == 2
     # Equal loads are spread round-robin: repeated single sends visit every holder.
     seen = set()
     for _ in range(6):
-        reply = await rt.client.ask("fan.echo", Text(text="q"))
-        seen.add(reply.sender)
+        reply = await rt.client.request_capability("fan.echo", Text(text="q"))
+        seen.add(reply.envelope.sender)
     assert seen == {"r-fan-1", "r-fan-2", "r-fan-3"}
 
 
@@ -131,7 +134,9 @@ async def test_broadcast_reaches_every_online_holder(rt: Any) -> None:
     await rt.spawn_many(Cast, ids, placement=reach.Packed(pool="routing"))
     await rt.spawn(Cast, "r-cast-3")
     replies = await rt.client.broadcast("cast.echo", Text(text="all"))
-    assert sorted(r.sender for r in replies) == ["r-cast-1", "r-cast-2", "r-cast-3"]
+    assert all(isinstance(r, reach.Reply) for r in replies), replies
+    assert sorted(r.envelope.sender for r in replies if isinstance(r, reach.Reply)) == [
+        "r-cast-1", "r-cast-2", "r-cast-3"]
 
 
 async def test_notifications_are_delivered_without_a_reply(rt: Any) -> None:
@@ -140,8 +145,8 @@ async def test_notifications_are_delivered_without_a_reply(rt: Any) -> None:
         await rt.client.notify("r-recorder", Text(text=f"n{i}"))
 
     async def seen() -> list[str] | None:
-        reply = await rt.client.request("r-recorder", {}, "test.whoami@1.0")
-        got = Info.model_validate(reply.payload).seen
+        reply = await rt.client.request("r-recorder", {}, "test.whoami@1.0", returns=Info)
+        got = reply.value.seen
         return got if len(got) == 5 else None
 
     assert await wait_until(seen) == [f"n{i}" for i in range(5)]
@@ -149,8 +154,8 @@ async def test_notifications_are_delivered_without_a_reply(rt: Any) -> None:
 
 async def test_a_newer_minor_payload_reaches_an_older_reader(rt: Any) -> None:
     await rt.spawn(Echo, "r-minor", placement=reach.Packed(pool="routing"))
-    reply = await rt.client.request("r-minor", TextV11(text="new", lang="zh"))
-    assert reply.payload["text"] == "r-minor:new"
+    reply = await rt.client.request("r-minor", TextV11(text="new", lang="zh"), returns=Text)
+    assert reply.value.text == "r-minor:new"
 
 
 async def test_a_major_mismatch_is_a_fatal_schema_incompatible_reply(rt: Any) -> None:
@@ -175,8 +180,12 @@ async def test_spawning_a_live_id_again_is_refused(rt: Any) -> None:
 
 async def test_init_again_finds_the_same_registry(rt: Any) -> None:
     again = reach.init()
-    assert again.registry._actor_id == rt.registry._actor_id
-    again.shutdown()
+    try:
+        ours, theirs = rt.cluster.registry(), again.cluster.registry()
+        assert theirs.handle._actor_id == ours.handle._actor_id
+        assert (await theirs.stats())["incarnation"] == (await ours.stats())["incarnation"]
+    finally:
+        await again.close()
 
 
 async def test_a_second_driver_process_finds_the_same_registry_and_agents(
@@ -188,9 +197,9 @@ async def test_a_second_driver_process_finds_the_same_registry_and_agents(
         "from support_agents import Text\n"
         "async def main():\n"
         f"    rt = reach.init(address={cluster.address!r})\n"
-        "    reply = await rt.client.request('r-shared', Text(text='from afar'))\n"
-        "    print(reply.payload['text'])\n"
-        "    rt.shutdown()\n"
+        "    reply = await rt.client.request('r-shared', Text(text='from afar'), returns=Text)\n"
+        "    print(reply.value.text)\n"
+        "    await rt.close()\n"
         "asyncio.run(main())\n"
     )
     proc = await asyncio.create_subprocess_exec(

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import pytest
-import ray
 from conftest import wait_until
 from support_agents import Talker
 
@@ -26,6 +25,7 @@ PER_SESSION = 27  # below the test store's compaction threshold: every message s
 
 async def test_every_acknowledged_write_survives_50_kills_of_the_store(rt: Any) -> None:
     await rt.spawn(Talker, "ss-crash-peer", placement=reach.Packed(pool="sessions"))
+    store = rt.cluster.store()
     rng = random.Random(11)
     acked: dict[str, list[str]] = {}  # session -> msg_ids acknowledged, in order
     attempted: list[tuple[str, list[str]]] = []  # every batch ever sent, acknowledged or not
@@ -44,8 +44,8 @@ async def test_every_acknowledged_write_survives_50_kills_of_the_store(rt: Any) 
                          for i in ids]
                 for _ in range(50):  # resend the same batch until it is acknowledged
                     try:
-                        await rt.store.append.remote(session.session_id, batch)
-                    except ray.exceptions.RayActorError:
+                        await store.append(session.session_id, batch)
+                    except reach.AgentUnavailable:  # the store died before answering
                         continue
                     acked[session.session_id].extend(ids)
                     break
@@ -61,17 +61,17 @@ async def test_every_acknowledged_write_survives_50_kills_of_the_store(rt: Any) 
     stop.set()
     await asyncio.gather(*writers, return_exceptions=True)
 
-    assert await rt.store.integrity.remote() == "ok"
+    assert await store.integrity() == "ok"
     assert sum(len(v) for v in acked.values()) > 0
     for session_id, ids in acked.items():
-        stored = (await rt.store.since.remote(session_id, 0))["messages"]
-        seqs = [m["seq"] for m in stored]
+        stored = (await store.since(session_id, 0, None)).messages
+        seqs = [m.seq for m in stored]
         assert seqs == list(range(1, len(seqs) + 1)), "sequence has a gap or a repeat"
-        present = [m["msg_id"] for m in stored]
+        present = [m.msg_id for m in stored]
         assert len(present) == len(set(present)), "a resent batch was written twice"
         assert set(ids) <= set(present), "an acknowledged message is missing"
     for session_id, ids in attempted:
-        present = {m["msg_id"] for m in (await rt.store.since.remote(session_id, 0))["messages"]}
+        present = {m.msg_id for m in (await store.since(session_id, 0, None)).messages}
         assert len(set(ids) & present) in (0, BATCH), "a batch was half-written"
 
 
@@ -79,7 +79,7 @@ async def _open(rt: Any, peer: str) -> Any:
     for _ in range(50):
         try:
             return await rt.open_session(rt.client.sender, peer)
-        except ray.exceptions.RayActorError:
+        except reach.AgentUnavailable:  # the store died before answering
             continue
     raise AssertionError("could not open a session")
 
@@ -88,14 +88,14 @@ async def _stats(rt: Any, timeout_s: float = 10.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            return await rt.store.stats.remote()  # type: ignore[no-any-return]
-        except ray.exceptions.RayActorError:
+            return await rt.cluster.store().stats()  # type: ignore[no-any-return]
+        except reach.AgentUnavailable:
             await asyncio.sleep(0.1)  # poll: the store is restarting
     raise AssertionError("store never came back")
 
 
 async def _restarted(rt: Any, old_pid: int) -> bool:
     try:
-        return bool((await rt.store.stats.remote())["pid"] != old_pid)
-    except ray.exceptions.RayActorError:
+        return bool((await rt.cluster.store().stats())["pid"] != old_pid)
+    except reach.AgentUnavailable:
         return False

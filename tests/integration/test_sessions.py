@@ -28,8 +28,8 @@ def lines(path: Path) -> list[str]:
 
 async def kill_host_of(rt: Any, agent_id: str) -> None:
     """SIGKILLs the process of an agent's host."""
-    rec = await rt.registry.lookup.remote(agent_id)
-    info = await ray.get_actor(rec["host"], namespace="reach").info.remote()
+    rec = await rt.cluster.registry().lookup(agent_id)
+    info = await rt.cluster.host(rec.host).info()
     os.kill(info["pid"], signal.SIGKILL)
 
 
@@ -37,8 +37,12 @@ async def test_opening_a_session_negotiates_terms_with_the_responder(rt: Any) ->
     await rt.spawn(Talker, "ss-neg", placement=reach.Packed(pool="sessions"))
     session = await rt.open_session(rt.client.sender, "ss-neg",
                                     Terms(max_message_bytes=1 << 20, timeout_ms=5000))
-    assert session.terms["max_message_bytes"] == 64 * 1024  # capped by the responder's limit
-    assert session.terms["timeout_ms"] == 5000
+    assert session.terms.max_message_bytes == 64 * 1024  # capped by the responder's limit
+    assert session.terms.timeout_ms == 5000
+    assert (session.initiator, session.responder) == (rt.client.sender, "ss-neg")
+    found = await rt.session(session.session_id)  # read back from the store
+    assert (found.terms, found.initiator, found.responder) == (
+        session.terms, rt.client.sender, "ss-neg")
     with pytest.raises(reach.SessionRefused) as err:
         await rt.open_session(rt.client.sender, "ss-neg", Terms(streaming=True))
     assert err.value.details["setting"] == "streaming"
@@ -55,11 +59,11 @@ async def test_messages_are_numbered_in_order_and_read_back_with_context_and_res
     seqs = [await session.append("me", {"text": f"m{i} 订单"}) for i in range(8)]
     assert seqs == list(range(1, 9))
     context = await session.context(last_n=3)
-    assert [m["seq"] for m in context["messages"]] == [6, 7, 8]
-    assert context["messages"][-1]["payload"] == {"text": "m7 订单"}
+    assert [m.seq for m in context.messages] == [6, 7, 8]
+    assert context.messages[-1].payload == {"text": "m7 订单"}
     resumed = await session.since(5)
-    assert [m["seq"] for m in resumed["messages"]] == [6, 7, 8]
-    assert resumed["folded"] is False
+    assert [m.seq for m in resumed.messages] == [6, 7, 8]
+    assert resumed.folded is False
     # An append retried with the same msg_id (its acknowledgement was lost) is not doubled.
     again = await session.append("me", {"text": "once"}, msg_id="fixed-id")
     assert await session.append("me", {"text": "once"}, msg_id="fixed-id") == again
@@ -73,18 +77,18 @@ async def test_compaction_folds_old_messages_into_the_summary_and_keeps_the_last
     for i in range(45):  # the test store folds past 30 messages, keeping the last 10
         await session.append("me", {"text": f"line {i}"})
 
-    async def folded() -> dict[str, Any] | None:
+    async def folded() -> reach.SessionContext | None:
         context = await session.context(last_n=100)
-        return context if context["folded_upto"] > 0 else None
+        return context if context.folded_upto > 0 else None
 
     context = await wait_until(folded)
-    assert "#1 me: line 0" in context["summary"]
-    assert len(context["messages"]) <= 30
-    assert context["messages"][-1]["payload"] == {"text": "line 44"}
-    assert context["messages"][0]["seq"] == context["folded_upto"] + 1
+    assert "#1 me: line 0" in context.summary
+    assert len(context.messages) <= 30
+    assert context.messages[-1].payload == {"text": "line 44"}
+    assert context.messages[0].seq == context.folded_upto + 1
     resumed = await session.since(3)
-    assert resumed["folded"] is True
-    assert "line 3" in resumed["summary"]
+    assert resumed.folded is True
+    assert "line 3" in resumed.summary
 
 
 async def test_a_twelve_turn_conversation_survives_its_responder_being_killed_mid_request(
@@ -97,22 +101,23 @@ async def test_a_twelve_turn_conversation_survives_its_responder_being_killed_mi
     replies = []
     for turn in range(1, 13):
         text = f"slow turn {turn}" if turn == 7 else f"turn {turn}"
-        call = asyncio.ensure_future(session.request(rt.client, "ss-bob", Text(text=text),
+        call = asyncio.ensure_future(session.request(Text(text=text), returns=Text,
                                                      timeout_ms=60_000))
         if turn == 7:
             await wait_until(lambda: _true_if(marker.exists()))
             await kill_host_of(rt, "ss-bob")
-        replies.append((await call).payload["text"])
+        replies.append((await call).value.text)
     # Each turn saw every acknowledged message before it: 2 per earlier turn, plus its request.
     for turn, text in enumerate(replies, start=1):
         assert f"saw {2 * turn - 1} before" in text, text
     context = await session.context(last_n=100)
-    kinds = [(m["seq"], m["kind"]) for m in context["messages"]]
+    kinds = [(m.seq, m.kind) for m in context.messages]
     assert len(kinds) == 24
     assert [s for s, _ in kinds] == list(range(1, 25))
     assert [k for _, k in kinds] == ["request", "reply"] * 12
-    requests = [m["msg_id"] for m in context["messages"] if m["kind"] == "request"]
-    statuses = [await rt.store.pending_status.remote(r) for r in requests]
+    requests = [m.msg_id for m in context.messages if m.kind == "request"]
+    store = rt.cluster.store()
+    statuses = [await store.pending_status(r) for r in requests]
     assert statuses == ["answered"] * 12
     # Turn 7 ran twice (the first run was killed before it finished), every other turn once.
     counts = {r: sum(1 for line in lines(runs) if line.startswith(r)) for r in requests}
@@ -132,18 +137,20 @@ async def test_a_request_retried_after_a_crash_runs_its_handler_once(
     sup = await rt.supervise(SupervisorSpec("ss-once", backoff=FAST, children=[
         ChildSpec(Talker, "ss-once-1", kwargs={"runs": str(runs)})]))
     session = await rt.open_session(rt.client.sender, "ss-once-1")
-    env = rt.client.make_request("ss-once-1", Text(text="pay 10 EUR"),
-                                 session_id=session.session_id, timeout_ms=60_000)
-    first = await rt.client.call(env)
-    before = (await rt.registry.lookup.remote("ss-once-1"))["epoch"]
+    # One request of the session, built once and sent twice (as a resend after a crash is).
+    env = rt.client._request_envelope("ss-once-1", Text(text="pay 10 EUR"),
+                                      session_id=session.session_id, timeout_ms=60_000)
+    first = await rt.client._send(env)
+    registry = rt.cluster.registry()
+    before = (await registry.lookup("ss-once-1")).epoch
     await kill_host_of(rt, "ss-once-1")
 
     async def back() -> bool:
-        rec = await rt.registry.lookup.remote("ss-once-1")
-        return rec is not None and rec["status"] == "online" and rec["epoch"] > before
+        rec = await registry.lookup("ss-once-1")
+        return rec is not None and rec.status is reach.AgentStatus.ONLINE and rec.epoch > before
 
     await wait_until(back)
-    retried = await rt.client.call(env)  # the same request, after the crash
+    retried = await rt.client._send(env)  # the same request, after the crash
     assert retried.payload == first.payload
     assert sum(1 for line in lines(runs) if line.startswith(env.msg_id)) == 1
     await sup.stop()
@@ -169,40 +176,49 @@ async def test_a_restarted_requester_resends_or_cancels_its_pending_request_exac
         lambda: _true_if([x for x in lines(outcomes) if x.startswith("recovered")]))
     (request_id,) = [x.split()[1] for x in recovered]
     assert recovered[0].split()[2] == outcome
-    assert await rt.store.pending_status.remote(request_id) == outcome
+    assert await rt.cluster.store().pending_status(request_id) == outcome
     assert sum(1 for line in lines(runs) if line.startswith(request_id)) == 1
     assert not [x for x in lines(outcomes) if x.startswith("answered ")]  # not both
     await sup.stop()
 
 
-async def test_appending_to_an_unknown_session_is_session_not_found(rt: Any) -> None:
+async def test_an_unknown_session_is_session_not_found(rt: Any) -> None:
     with pytest.raises(reach.SessionNotFound):
-        await rt.session("ss-no-such-session").append("me", {"text": "hello?"})
+        await rt.session("ss-no-such-session")
+    # A handle made by hand on a session the store does not have: it reads and writes nothing.
+    ghost = reach.Session("ss-no-such-session", Terms(), rt.client.sender, "nobody", rt.client)
     with pytest.raises(reach.SessionNotFound):
-        await rt.session("ss-no-such-session").context()
+        await ghost.append("me", {"text": "hello?"})
+    with pytest.raises(reach.SessionNotFound):
+        await ghost.context()
+    with pytest.raises(reach.SessionNotFound):
+        await ghost.since(0)
 
 
 async def test_an_agent_can_be_the_summariser(rt: Any, tmp_path: Path) -> None:
     from actors.sessions import SessionStore
 
     await rt.spawn(Summariser, "ss-summariser", placement=reach.Packed(pool="sessions"))
-    store_cls: Any = SessionStore
-    store = store_cls.options(name="reach.sessions.summarised", namespace="reach").remote(
-        str(tmp_path / "summarised.db"), compact_after=6, keep_last=2,
+    name = "reach.sessions.summarised"  # a second store, beside the deployment's own
+    ray.remote(SessionStore).options(name=name, namespace="reach").remote(
+        rt.cluster, str(tmp_path / "summarised.db"), name=name, compact_after=6, keep_last=2,
         summariser="ss-summariser")
-    await store.open_session.remote("ss-sum", "me", "you", {}, {})
-    for i in range(9):
-        await store.append.remote("ss-sum", [{"msg_id": f"m{i}", "sender": "me",
-                                              "payload": {"text": f"line {i}"}}])
+    store = rt.cluster.endpoint(name)
+    try:
+        await store.open_session("ss-sum", "me", "you", {}, {})
+        for i in range(9):
+            await store.append("ss-sum", [{"msg_id": f"m{i}", "sender": "me",
+                                           "payload": {"text": f"line {i}"}}])
 
-    async def folded() -> dict[str, Any] | None:
-        context = await store.context.remote("ss-sum", 100)
-        return context if context["folded_upto"] > 0 else None
+        async def folded() -> reach.SessionContext | None:
+            context = await store.context("ss-sum", 100)
+            return context if context.folded_upto > 0 else None
 
-    context = await wait_until(folded)
-    assert context["summary"] == f"{context['folded_upto']} messages folded by ss-summariser"
-    assert [m["payload"]["text"] for m in context["messages"]][-1] == "line 8"
-    ray.kill(store)
+        context = await wait_until(folded)
+        assert context.summary == f"{context.folded_upto} messages folded by ss-summariser"
+        assert [m.payload["text"] for m in context.messages][-1] == "line 8"
+    finally:
+        rt.cluster.kill(store)
 
 
 async def test_a_payload_the_store_cannot_encode_is_refused_not_hung(rt: Any) -> None:
@@ -222,7 +238,8 @@ async def test_concurrent_audit_writes_keep_one_unbroken_chain(
 
     batches = [[{"caller": f"c{i}", "callee": "x", "capability": "", "msg_type": "test",
                  "outcome": "ok", "trace_id": f"audit-storm-{i}"}] * 3 for i in range(20)]
-    seqs = await asyncio.gather(*(rt.store.audit.remote(b) for b in batches))
+    store = rt.cluster.store()
+    seqs = await asyncio.gather(*(store.audit(b) for b in batches))
     flat = [s for batch in seqs for s in batch]
     assert len(set(flat)) == 60
     assert audit.verify(sessions_db).ok

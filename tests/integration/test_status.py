@@ -17,7 +17,9 @@ from conftest import kill_and_wait, wait_until
 from support_agents import Echo, Life, Recorder, Slow, Text, Worker
 
 import reach
+from policies.tasks import TaskState
 from reach import ChildSpec, Intensity, SupervisorSpec, status
+from reach.records import AgentStatus, SupervisorState
 from reach.status import ChildRow, ClusterStatus, SupervisorNode
 
 pytestmark = pytest.mark.integration
@@ -28,8 +30,9 @@ BUSY = reach.Packed(pool="st-busy", size=1)  # apart: a crash in POOL takes its 
 
 
 async def life(rt: Any, agent_id: str) -> Life:
-    reply = await rt.client.request(agent_id, {}, "test.life.ask@1.0", timeout_ms=20_000)
-    return Life.model_validate(reply.payload)
+    reply = await rt.client.request(agent_id, {}, "test.life.ask@1.0", returns=Life,
+                                    timeout_ms=20_000)
+    return reply.value
 
 
 async def restarted(rt: Any, agent_id: str) -> None:
@@ -56,7 +59,7 @@ async def dead_letter(rt: Any, agent_id: str) -> str:
     await kill_and_wait(ray.get_actor(info.host, namespace="reach"))
     with contextlib.suppress(reach.AgentUnavailable):
         await rt.client.notify(agent_id, Text(text="into the void"))
-    return str(info.host)
+    return info.host
 
 
 def find(forest: tuple[SupervisorNode, ...], name: str) -> SupervisorNode:
@@ -75,27 +78,29 @@ async def test_status_gathers_agents_the_supervision_tree_tasks_and_dead_letters
                            children=[ChildSpec(Worker, "st-w2", placement=POOL)]),
         ]))
     task = await sup.submit("st-w1", Text(text="hello"))
-    assert (await task.result())["state"] == "completed"
+    assert (await task.result()).state == TaskState.COMPLETED
     await restarted(rt, "st-w2")
     dead_host = await dead_letter(rt, "st-gone")
     slow = asyncio.ensure_future(rt.client.request("st-slow", Text(text="3"), timeout_ms=20_000))
 
     async def busy() -> ClusterStatus | None:
-        report = await status.gather(rt.registry, address=cluster.address, letters=10_000)
+        report = await status.gather(rt.cluster, address=cluster.address, letters=10_000)
         loads = {r.agent_id: r.load for r in report.agents}
-        letters = [d for d in report.recent_letters if d["receiver"] == "st-gone"]
+        letters = [d for d in report.recent_letters if d.receiver == "st-gone"]
         return report if loads.get("st-slow") == 1 and letters else None
 
     report = await wait_until(busy)
     await slow
     rows = {r.agent_id: r for r in report.agents}
-    nodes = {n["NodeID"][:8] for n in ray.nodes() if n["Alive"]}
+    nodes = {n.node_id[:8] for n in rt.cluster.nodes() if n.alive}
     assert report.nodes == 2
     assert {rows[a].node for a in ("st-echo", "st-slow", "st-w1", "st-w2")} <= nodes
     assert rows["st-echo"].host.startswith("host.")
     assert (rows["st-slow"].host, rows["st-w2"].host) == ("pool.st-busy.0", "pool.st.0")
-    assert rows["st-echo"].status == "online"
-    assert rows["st-w2"].epoch == (await rt.registry.lookup.remote("st-w2"))["epoch"] > 1
+    assert rows["st-echo"].status == AgentStatus.ONLINE
+    w2 = await rt.cluster.registry().lookup("st-w2")
+    assert w2 is not None
+    assert rows["st-w2"].epoch == w2.epoch > 1
     assert dead_host in report.unreachable_hosts
     assert "reach.pool.st-busy.0" not in report.unreachable_hosts
 
@@ -106,7 +111,7 @@ async def test_status_gathers_agents_the_supervision_tree_tasks_and_dead_letters
     assert isinstance(w1, ChildRow)
     assert isinstance(sub, SupervisorNode)
     assert (w1.child_id, w1.restarts, w1.host) == ("st-w1", 0, rows["st-w1"].host)
-    assert (sub.name, sub.state, sub.restarts) == ("st-sub", "running", 0)
+    assert (sub.name, sub.state, sub.restarts) == ("st-sub", SupervisorState.RUNNING, 0)
     assert root.node in nodes
     assert sub.node == root.node, "a child supervisor runs on its parent's node"
     assert sub.children == (ChildRow("st-w2", "permanent", 1, "pool.st.0"),)

@@ -1,4 +1,10 @@
-"""Imports follow the layering: policies and reach's protocol modules never reach Ray or actors."""
+"""Imports follow the layering: one seam to Ray, and decisions and the wire free of the runtime.
+
+- ``reach/_ray.py`` is the only module that imports Ray, anywhere in reach, actors or policies;
+- ``reach/_ray.py`` and ``reach/testing.py`` (the two implementations of ``reach.cluster``)
+  are the only modules of reach that import ``actors``;
+- ``policies`` imports neither Ray nor actors; reach's protocol modules import none of the three.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +48,23 @@ def test_policies_import_neither_ray_nor_actors() -> None:
     assert files, "no .py files found under policies/"
     assert ROOT / "policies" / "__init__.py" in files
     assert _violations(files, {"ray", "actors"}) == {}
+
+
+SEAM = ROOT / "reach" / "_ray.py"
+CLUSTERS = (SEAM, ROOT / "reach" / "testing.py")
+
+
+def test_only_the_seam_imports_ray_in_every_module_of_reach_actors_and_policies() -> None:
+    files = sorted(p for pkg in ("reach", "actors", "policies") for p in (ROOT / pkg).rglob("*.py"))
+    assert SEAM in files
+    assert len(files) > 40
+    assert _violations([f for f in files if f != SEAM], {"ray"}) == {}
+    assert _violations([SEAM], {"ray"}) != {}  # the rule is checked on a module that does
+
+
+def test_only_the_two_cluster_implementations_import_actors_from_reach() -> None:
+    files = sorted((ROOT / "reach").rglob("*.py"))
+    assert _violations([f for f in files if f not in CLUSTERS], {"actors"}) == {}
 
 
 def test_reach_protocol_modules_import_neither_ray_nor_actors_nor_policies() -> None:

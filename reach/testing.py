@@ -1,0 +1,578 @@
+"""A whole reach cluster in one event loop, on virtual time: the runtime's logic tested in ms.
+
+As httpx ships ``MockTransport`` and trio an ``autojump_clock``, reach ships :class:`FakeCluster`:
+an implementation of :class:`reach.cluster.Cluster` whose processes (hosts, registry, session
+store, supervisors, inboxes) are the real classes of ``actors/``, run as objects in the test's own
+event loop. Calls between them go through the same typed ports as on Ray, with their arguments
+and results copied by pickling (as a process boundary would), and with Ray's failure semantics:
+a killed process fails the calls pending on it and every watch of it at once; a lasting process
+(a pool host, the registry, the store) comes back empty after a restart delay, and calls made
+while it restarts wait for it.
+
+:func:`run` drives a test scenario on a :class:`VirtualLoop`, whose clock jumps to the next timer
+whenever nothing is ready to run: a 30-second deadline, a heartbeat expiry or a restart backoff
+costs no wall time, and the runtime reads the same virtual time through :mod:`reach.clock`. The
+session store keeps SQLite in memory, on the loop's own thread (no thread pool to wait for).
+
+Example::
+
+    def test_a_request_reaches_a_packed_agent() -> None:
+        async def scenario(fake: FakeCluster) -> None:
+            rt = fake.runtime()
+            await rt.spawn(EchoAgent, "echo-1", placement=reach.Packed())
+            reply = await rt.client.request("echo-1", Ping(text="hi"))
+            assert reply.value.text == "hi"
+
+        run(scenario)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import pickle
+import sqlite3
+import tempfile
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from reach import clock
+from reach.cluster import (
+    CallLimits,
+    Endpoint,
+    HostPort,
+    HostShape,
+    InboxPort,
+    NodeInfo,
+    RegistryPort,
+    StorePort,
+    SupervisorPort,
+)
+from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
+from reach.guard import Guard, SecurityConfig, guard_for
+from reach.names import REGISTRY_NAME, STORE_NAME, supervisor_name
+
+T = TypeVar("T")
+
+#: Where the virtual epoch clock starts (2026-01-01), so that deadlines look like real ones.
+EPOCH = 1_767_225_600.0
+
+_current: contextvars.ContextVar[_Proc | None] = contextvars.ContextVar("reach_fake_proc",
+                                                                        default=None)
+
+
+# -- virtual time ----------------------------------------------------------------------------
+
+
+class _JumpingSelector:
+    """A selector that, instead of blocking for ``timeout``, moves the loop's clock forward."""
+
+    def __init__(self, real: Any, loop: VirtualLoop) -> None:
+        self._real = real
+        self._loop = loop
+
+    def select(self, timeout: float | None = None) -> Any:
+        events = self._real.select(0)
+        if events or timeout is None or timeout <= 0:
+            return events if events or timeout is not None else self._real.select(timeout)
+        self._loop.advance(timeout)
+        return events
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop on virtual time: when nothing is ready, its clock jumps to the next timer.
+
+    Only in-process work may run on it: a thread (or a socket) whose result the loop awaits
+    while a timer is pending would see the timer fire first.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._virtual = 0.0
+        self._selector = _JumpingSelector(self._selector, self)  # type: ignore[has-type]
+
+    def time(self) -> float:
+        """The loop's (virtual) monotonic time."""
+        return self._virtual
+
+    def advance(self, seconds: float) -> None:
+        """Moves the clock forward."""
+        self._virtual += seconds
+
+
+class VirtualClock:
+    """:mod:`reach.clock` reading a :class:`VirtualLoop`'s time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def time(self) -> float:
+        """Virtual seconds since the epoch."""
+        return EPOCH + self._loop.time()
+
+    def monotonic(self) -> float:
+        """Virtual monotonic seconds."""
+        return self._loop.time()
+
+
+def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
+        security: SecurityConfig | None = None, nodes: Sequence[str] = ("node-a", "node-b"),
+        heartbeat_interval_s: float = 1.0, heartbeat_misses: int = 3) -> T:
+    """Runs ``scenario`` on a fresh :class:`FakeCluster`, on virtual time; returns its result.
+
+    Every task still running when the scenario returns (heartbeats, watches) is cancelled, and
+    the session store's database is closed.
+    """
+    loop = VirtualLoop()
+    token = clock.use(VirtualClock(loop))
+    try:
+        asyncio.set_event_loop(loop)
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = FakeCluster(security, nodes=nodes, heartbeat_interval_s=heartbeat_interval_s,
+                               heartbeat_misses=heartbeat_misses, folder=Path(tmp))
+
+            async def main() -> T:
+                fake.install(asyncio.get_running_loop())
+                try:
+                    return await scenario(fake)
+                finally:
+                    await fake.close()
+
+            return loop.run_until_complete(main())
+    finally:
+        _cancel_all(loop)
+        asyncio.set_event_loop(None)
+        loop.close()
+        clock.restore(token)
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Proc:
+    """One simulated process: its object, node, the tasks running in it, and its life."""
+
+    name: str
+    make: Callable[[], Any]
+    node: str
+    lasting: bool = False
+    obj: Any = None
+    dead: bool = False
+    incarnation: int = 0
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    back: asyncio.Event | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+
+    def context(self) -> contextvars.Context:
+        ctx = contextvars.copy_context()
+        ctx.run(_current.set, self)
+        return ctx
+
+
+class _LocalCall:
+    """A call under way on a simulated process (a task started at once)."""
+
+
+class _LocalPort:
+    """A typed port over a simulated process: ``port.m(*a)`` starts the call at once."""
+
+    def __init__(self, fake: FakeCluster, name: str) -> None:
+        self.fake = fake
+        self.name = name
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        fake, name = self.fake, self.name
+
+        def call(*args: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            task = asyncio.get_running_loop().create_task(
+                fake._invoke(name, method, args, kwargs))
+            task.add_done_callback(_retrieve)
+            return task
+
+        setattr(self, method, call)
+        return call
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Reads a call's outcome, so that a call nobody awaits logs no 'never retrieved' error."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _copy(value: T) -> T:
+    """What crosses a process boundary: a copy, as pickling makes it."""
+    copied: T = pickle.loads(pickle.dumps(value))
+    return copied
+
+
+class FakeCluster:
+    """An in-process :class:`reach.cluster.Cluster` (see the module's docstring).
+
+    Args:
+        security: The deployment's settings (default: signing off).
+        nodes: The nodes' IDs; the first is the driver's.
+        heartbeat_interval_s: The registry's heartbeat interval.
+        heartbeat_misses: Beats a host may miss before its agents are offline.
+        folder: Where the session store's (in-memory) database is named, and keyrings are kept.
+        restart_delay_s: How long a lasting process takes to come back after it died.
+
+    Attributes:
+        calls: How many calls each ``(process name, method)`` received.
+    """
+
+    def __init__(self, security: SecurityConfig | None = None, *,
+                 nodes: Sequence[str] = ("node-a", "node-b"), heartbeat_interval_s: float = 1.0,
+                 heartbeat_misses: int = 3, folder: Path | None = None,
+                 restart_delay_s: float = 1.5) -> None:
+        self.security = security or SecurityConfig(sign=False)
+        self.restart_delay_s = restart_delay_s
+        self._nodes = dict.fromkeys(nodes, True)
+        self._node_resources: dict[str, dict[str, float]] = {n: {"CPU": 2.0} for n in nodes}
+        self._procs: dict[str, _Proc] = {}
+        self._ports: dict[str, _LocalPort] = {}
+        self._settings = (heartbeat_interval_s, heartbeat_misses)
+        self._folder = folder or Path(tempfile.gettempdir())
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a FakeCluster lives in one process: it is never pickled")
+
+    # -- setting up ------------------------------------------------------------------------
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Starts the registry and the session store, and tracks which process each task of
+        ``loop`` runs in (a task belongs to the process that created it)."""
+        self._loop = loop
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any,
+                    context: contextvars.Context | None = None) -> asyncio.Task[Any]:
+            task = asyncio.Task(coro, loop=loop, context=context)
+            proc = (context or contextvars.copy_context()).get(_current)
+            if proc is not None and not proc.dead:
+                proc.tasks.add(task)
+                task.add_done_callback(proc.tasks.discard)
+            return task
+
+        loop.set_task_factory(factory)
+        from actors.registry import Registry
+        from actors.session_storage import SqliteStorage
+        from actors.sessions import SessionStore
+
+        interval, misses = self._settings
+        self._start(REGISTRY_NAME, lambda: Registry(self, interval, misses), self.driver_node,
+                    lasting=True)
+        db = self._folder / "sessions.db"
+        self._start(STORE_NAME, lambda: SessionStore(
+            self, str(db), storage=SqliteStorage(db, connect=_inline_connect)),
+            self.driver_node, lasting=True)
+
+    def runtime(self, limits: CallLimits | None = None) -> Any:
+        """A driver's :class:`~reach.runtime.Runtime` on this cluster."""
+        from reach.runtime import Runtime
+
+        return Runtime(self, limits)
+
+    async def close(self) -> None:
+        """Closes the session store's database."""
+        store = self._procs.get(STORE_NAME)
+        if store is not None and store.obj is not None:
+            await store.obj.storage.close()
+
+    @property
+    def driver_node(self) -> str:
+        """The node drivers run on (the first)."""
+        return next(iter(self._nodes))
+
+    def _start(self, name: str, make: Callable[[], Any], node: str, *, lasting: bool = False,
+               resources: dict[str, float] | None = None) -> _Proc:
+        proc = _Proc(name, make, node, lasting, resources=dict(resources or {}))
+        proc.obj = proc.context().run(make)
+        proc.incarnation = 1
+        self._procs[name] = proc
+        return proc
+
+    def _port(self, name: str) -> _LocalPort:
+        port = self._ports.get(name)
+        if port is None:
+            port = self._ports[name] = _LocalPort(self, name)
+        return port
+
+    async def _invoke(self, name: str, method: str, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+        proc = await self._live(name)
+        self.calls[(name, method)] += 1
+        incarnation = proc.incarnation
+        fn = getattr(proc.obj, method)
+        args, kwargs = _copy((args, kwargs))
+        assert self._loop is not None
+        inner = self._loop.create_task(_as_coroutine(fn, args, kwargs), context=proc.context())
+        try:
+            result = await asyncio.shield(inner)
+        except asyncio.CancelledError:
+            if inner.cancelled() and (proc.dead or proc.incarnation != incarnation):
+                raise _died(name) from None
+            raise
+        except BaseException as exc:
+            raise _copy(exc) from None
+        return _copy(result)
+
+    async def _live(self, name: str) -> _Proc:
+        proc = self._procs.get(name)
+        if proc is None:
+            raise AgentUnavailable(f"{name} does not exist (its process is gone)",
+                                   details={"endpoint": name})
+        while proc.dead:
+            if not proc.lasting or proc.back is None:
+                raise _died(name)
+            await proc.back.wait()
+        return proc
+
+    # -- the Cluster interface -------------------------------------------------------------
+
+    def guard(self) -> Guard | None:
+        """See :meth:`reach.cluster.Cluster.guard`."""
+        return guard_for(self.security)
+
+    def registry(self) -> RegistryPort:
+        """See :meth:`reach.cluster.Cluster.registry`."""
+        return cast(RegistryPort, self._port(REGISTRY_NAME))
+
+    def store(self) -> StorePort:
+        """See :meth:`reach.cluster.Cluster.store`."""
+        if STORE_NAME not in self._procs:
+            raise SessionNotFound("no session store is running")
+        return cast(StorePort, self._port(STORE_NAME))
+
+    def endpoint(self, name: str) -> Endpoint:
+        """See :meth:`reach.cluster.Cluster.endpoint`."""
+        proc = self._procs.get(name)
+        if proc is None or (proc.dead and not proc.lasting):
+            raise AgentUnavailable(f"{name} does not exist (its process is gone)",
+                                   details={"endpoint": name})
+        return cast(Endpoint, self._port(name))
+
+    def host(self, name: str) -> HostPort:
+        """See :meth:`reach.cluster.Cluster.host`."""
+        return cast(HostPort, self.endpoint(name))
+
+    def supervisor(self, name: str) -> SupervisorPort:
+        """See :meth:`reach.cluster.Cluster.supervisor`."""
+        try:
+            return cast(SupervisorPort, self.endpoint(name))
+        except AgentUnavailable as exc:
+            raise AgentNotFound(f"no supervisor {name!r} is running",
+                                details={"supervisor": name}) from exc
+
+    def forget(self, name: str) -> None:
+        """See :meth:`reach.cluster.Cluster.forget` (nothing is cached here)."""
+
+    def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
+        """See :meth:`reach.cluster.Cluster.start_host`."""
+        from actors.host import AgentHost
+
+        live = self._procs.get(name)
+        if live is not None and shape.lasting and (not live.dead or live.lasting):
+            return cast(HostPort, self._port(name))
+        node = self._place(shape)
+        self._start(name, lambda: AgentHost(name, self, limits), node, lasting=shape.lasting,
+                    resources=dict(shape.resources))
+        return cast(HostPort, self._port(name))
+
+    def _place(self, shape: HostShape) -> str:
+        alive = [n for n, up in self._nodes.items() if up]
+        fits = [n for n in alive if all(self._node_resources[n].get(k, 0.0) >= v
+                                        for k, v in shape.resources.items())]
+        if shape.node_id in fits:
+            return shape.node_id
+        if not fits:
+            raise AgentUnavailable(f"no live node has the resources {dict(shape.resources)}")
+        return fits[0]
+
+    def start_supervisor(self, spec: Any, parent: str | None, limits: CallLimits,
+                         node_id: str) -> SupervisorPort:
+        """See :meth:`reach.cluster.Cluster.start_supervisor`."""
+        from actors.supervisor import Supervisor
+
+        name = supervisor_name(spec.name)
+        live = self._procs.get(name)
+        if live is not None and not live.dead:
+            raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
+                                     details={"supervisor": spec.name})
+        self._start(name, lambda: Supervisor(_copy(spec), self, parent, limits), node_id)
+        return cast(SupervisorPort, self._port(name))
+
+    def start_inbox(self, name: str) -> InboxPort:
+        """See :meth:`reach.cluster.Cluster.start_inbox`."""
+        from actors.inbox import Inbox
+
+        self._start(name, Inbox, self.node_id())
+        return cast(InboxPort, self._port(name))
+
+    def kill(self, port: Endpoint) -> None:
+        """See :meth:`reach.cluster.Cluster.kill`: ends it for good (no restart)."""
+        proc = self._procs.get(port.name)
+        if proc is not None:
+            self._end(proc)
+            del self._procs[port.name]
+
+    def node_id(self) -> str:
+        """See :meth:`reach.cluster.Cluster.node_id`."""
+        proc = _current.get()
+        return proc.node if proc is not None else self.driver_node
+
+    def nodes(self) -> Sequence[NodeInfo]:
+        """See :meth:`reach.cluster.Cluster.nodes`."""
+        return [NodeInfo(n, up, dict(self._node_resources[n])) for n, up in self._nodes.items()]
+
+    def restarted(self) -> bool:
+        """See :meth:`reach.cluster.Cluster.restarted`."""
+        proc = _current.get()
+        return proc is not None and proc.incarnation > 0
+
+    # -- failures a test makes -------------------------------------------------------------
+
+    def crash(self, name: str) -> None:
+        """Kills a process as SIGKILL would: the calls pending on it fail, its watches fail, and
+        a lasting one comes back (empty) after :attr:`restart_delay_s`."""
+        proc = self._procs[name]
+        self._end(proc)
+        if proc.lasting:
+            assert self._loop is not None
+            self._loop.call_later(self.restart_delay_s, self._revive, proc)
+        else:
+            del self._procs[name]
+
+    def crash_node(self, node: str) -> list[str]:
+        """Kills every process of a node, which stays dead; lasting ones come back on a live
+        node. Returns the names of the processes killed."""
+        self._nodes[node] = False
+        hit = [p.name for p in self._procs.values() if p.node == node and not p.dead]
+        for name in hit:
+            proc = self._procs[name]
+            if proc.lasting:
+                proc.node = self._place(HostShape())
+            self.crash(name)
+        return hit
+
+    def _end(self, proc: _Proc) -> None:
+        proc.dead = True
+        proc.back = asyncio.Event() if proc.lasting else None
+        for task in list(proc.tasks):
+            task.cancel()
+        proc.tasks.clear()
+
+    def _revive(self, proc: _Proc) -> None:
+        if self._procs.get(proc.name) is not proc:
+            return  # killed for good meanwhile
+        proc.obj = proc.context().run(proc.make)
+        proc.incarnation += 1
+        proc.dead = False
+        if proc.back is not None:
+            proc.back.set()
+
+    def process(self, name: str) -> Any:
+        """The object of a live process (its host, registry, store or supervisor), to inspect.
+
+        Raises:
+            KeyError: no process has that name.
+        """
+        return self._procs[name].obj
+
+    def names(self, prefix: str = "") -> list[str]:
+        """The names of the live processes that start with ``prefix``."""
+        return sorted(n for n, p in self._procs.items() if n.startswith(prefix) and not p.dead)
+
+
+def _died(name: str) -> AgentUnavailable:
+    return AgentUnavailable(f"{name} is dead or unreachable: its process died",
+                            suggestion="retry: a supervisor may restart the agent, or another "
+                                       "holder may answer",
+                            details={"endpoint": name})
+
+
+async def _as_coroutine(fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> Any:
+    result = fn(*args, **kwargs)
+    if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+        return await result
+    return result
+
+
+# -- SQLite on the loop's own thread ---------------------------------------------------------
+
+
+class _InlineCursor:
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+        self.rowcount = cursor.rowcount
+
+    async def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    async def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+
+class _InlineStatement:
+    """``db.execute(...)``: awaitable (a cursor) and an async context manager (a cursor)."""
+
+    def __init__(self, run: Callable[[], sqlite3.Cursor]) -> None:
+        self._run = run
+
+    def __await__(self) -> Any:
+        return self._cursor().__await__()
+
+    async def _cursor(self) -> _InlineCursor:
+        return _InlineCursor(self._run())
+
+    async def __aenter__(self) -> _InlineCursor:
+        return _InlineCursor(self._run())
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class _InlineConnection:
+    """The part of aiosqlite's connection the session storage uses, run inline (no thread), so
+    that a :class:`VirtualLoop` never waits on a thread while its clock could jump."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def execute(self, sql: str, args: Iterable[Any] = ()) -> _InlineStatement:
+        return _InlineStatement(lambda: self._db.execute(sql, tuple(args)))
+
+    def executemany(self, sql: str, rows: Iterable[Any]) -> _InlineStatement:
+        return _InlineStatement(lambda: self._db.executemany(sql, rows))
+
+    async def executescript(self, script: str) -> None:
+        self._db.executescript(script)
+
+    async def close(self) -> None:
+        self._db.close()
+
+
+async def _inline_connect(path: Path, isolation_level: None = None) -> _InlineConnection:
+    del path  # in memory: a fake cluster's store lives as long as its test
+    return _InlineConnection(sqlite3.connect(":memory:", isolation_level=isolation_level))
+
+
+__all__ = ["EPOCH", "FakeCluster", "VirtualClock", "VirtualLoop", "run"]

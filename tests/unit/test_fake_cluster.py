@@ -1,0 +1,506 @@
+"""The runtime's logic on the fake cluster: routing, batching, holds, timeouts, restarts and tasks,
+in milliseconds of wall time (the clock is virtual; see reach.testing)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import reach
+from policies.supervision import Intensity, RestartType, Strategy
+from policies.tasks import SeverityPolicy, TaskState
+from reach import clock
+from reach.errors import (
+    AgentNotFound,
+    AgentUnavailable,
+    HandlerError,
+    NoCapableAgent,
+    RequestTimeout,
+    RestartLimitExceeded,
+    Severity,
+)
+from reach.names import POOL_PREFIX, REGISTRY_NAME
+from reach.records import AgentStatus, RestartPlacement, SupervisorState
+from reach.testing import FakeCluster, run
+
+
+@reach.schema("fake.ask@1.0")
+class Ask(BaseModel):
+    text: str
+    sleep_s: float = 0.0
+    fail: str = ""  # a severity to fail with, or "crash" for a plain exception
+
+
+@reach.schema("fake.answer@1.0")
+class Answer(BaseModel):
+    text: str
+    by: str
+    runs: int = 0
+
+
+class Echo(reach.Agent):
+    """Answers with the text it got (after sleeping, or failing, when asked to)."""
+
+    capabilities = ("echo.say",)
+    description = "Repeats what it hears."
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    @reach.handler(Ask, returns=Answer)
+    async def say(self, ctx: reach.Context, m: Ask) -> Answer:
+        self.runs += 1
+        if m.sleep_s:
+            await asyncio.sleep(m.sleep_s)
+        if m.fail == "crash":
+            raise ValueError("boom")
+        if m.fail:
+            raise reach.ReachError(f"asked to fail {m.fail}", severity=Severity(m.fail),
+                                   partial={"text": "half"})
+        return Answer(text=m.text, by=self.id, runs=self.runs)
+
+
+class Once(Echo):
+    """Runs at most once per request ID."""
+
+    capabilities = ("echo.once",)
+
+    @reach.handler(Ask, returns=Answer, once=True)
+    async def say(self, ctx: reach.Context, m: Ask) -> Answer:
+        return await super().say(ctx, m)
+
+
+class Relay(reach.Agent):
+    """Asks an echo agent by capability and answers with what it said."""
+
+    capabilities = ("relay.say",)
+
+    @reach.handler(Ask, returns=Answer)
+    async def say(self, ctx: reach.Context, m: Ask) -> Answer:
+        reply = await ctx.request_capability("echo.say", m, returns=Answer)
+        return reply.value
+
+
+def packed(pool: str = "p") -> reach.Packed:
+    return reach.Packed(pool=pool, size=2)
+
+
+# -- routing and the transport ----------------------------------------------------------------
+
+
+def test_a_caller_gets_the_handlers_model_with_the_envelope_at_hand() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        reply = await rt.client.request("e-1", Ask(text="你好"))
+        assert isinstance(reply.value, Answer)
+        assert reply.value == Answer(text="你好", by="e-1", runs=1)
+        assert reply.envelope.sender == "e-1"
+        assert reply.envelope.payload_schema == "fake.answer@1.0"
+
+    run(scenario)
+
+
+def test_many_requests_to_one_host_travel_in_few_calls() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn_many(Echo, ["e-1"], placement=packed())
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        replies = await asyncio.gather(*(rt.client.request("e-1", Ask(text=str(i)))
+                                         for i in range(300)))
+        assert [r.value.text for r in replies] == [str(i) for i in range(300)]
+        assert fake.calls[(host, "deliver")] <= 3
+
+    run(scenario)
+
+
+def test_slow_replies_come_back_batched_through_the_inbox() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        replies = await asyncio.gather(*(rt.client.request("e-1", Ask(text=str(i), sleep_s=1))
+                                         for i in range(100)))
+        assert len(replies) == 100
+        takes = sum(n for (name, method), n in fake.calls.items() if method == "take")
+        assert takes <= 5  # the 100 late replies arrive together, not one call each
+
+    run(scenario)
+
+
+def test_sends_by_capability_share_one_registry_call_under_load() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn_many(Echo, [f"e-{i}" for i in range(10)], placement=packed())
+        before = fake.calls[(REGISTRY_NAME, "discover")]
+        replies = await asyncio.gather(*(
+            rt.client.request_capability("echo.say", Ask(text="x", sleep_s=0.5))
+            for _ in range(2000)))
+        spread = {r.value.by for r in replies}
+        assert len(spread) == 10  # least loaded first: every holder took its share
+        # 2,000 concurrent misses and a few seconds of traffic: a handful of discover calls
+        assert fake.calls[(REGISTRY_NAME, "discover")] - before <= 5
+
+    run(scenario)
+
+
+def test_a_request_past_its_deadline_times_out_without_waiting_in_real_time() -> None:
+    async def scenario(fake: FakeCluster) -> float:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        started = clock.monotonic()
+        with pytest.raises(RequestTimeout, match="within 5000 ms"):
+            await rt.client.request("e-1", Ask(text="x", sleep_s=60), timeout_ms=5000)
+        return clock.monotonic() - started
+
+    assert run(scenario) == pytest.approx(5.0, abs=0.1)
+
+
+def test_an_unknown_agent_is_agent_not_found_and_an_unknown_capability_names_close_tags() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        with pytest.raises(AgentNotFound):
+            await rt.client.request("nobody", Ask(text="x"))
+        with pytest.raises(NoCapableAgent, match=r"echo\.say"):
+            await rt.client.request_capability("echo.sya", Ask(text="x"))
+
+    run(scenario)
+
+
+def test_a_handler_calling_by_capability_keeps_the_trace_and_the_hop_chain() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Relay, "r-1")
+        await rt.spawn(Echo, "e-1", placement=packed())
+        reply = await rt.client.request("r-1", Ask(text="hop"))
+        assert reply.value.by == "e-1"
+
+    run(scenario)
+
+
+def test_a_stale_route_is_resolved_again_and_the_request_resent() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1", placement=packed("a"))
+        first = await rt.client.request("e-1", Ask(text="one"))
+        old_host = (await rt.cluster.registry().lookup("e-1")).host
+        # Another driver moves the agent: this driver's cached route now points at a host
+        # that no longer has it.
+        other = fake.runtime()
+        await other.stop("e-1")
+        await other.spawn(Echo, "e-1", placement=packed("b"))
+        again = await rt.client.request("e-1", Ask(text="two"))
+        assert first.value.runs == 1
+        assert again.value.runs == 1
+        assert (await rt.cluster.registry().lookup("e-1")).host != old_host
+
+    run(scenario)
+
+
+def test_a_notification_to_a_host_that_is_gone_becomes_a_dead_letter() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        fake.crash(host)
+        with pytest.raises(AgentUnavailable):
+            await rt.client.notify("e-1", Ask(text="x"))
+
+        async def lettered() -> bool:
+            return any(d.receiver == "e-1" for d in await rt.dead_letters())
+
+        assert await _eventually(lettered)
+
+    run(scenario)
+
+
+def test_a_dead_host_fails_its_waiting_callers_at_once_not_at_their_deadline() -> None:
+    async def scenario(fake: FakeCluster) -> float:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        call = asyncio.ensure_future(rt.client.request("e-1", Ask(text="x", sleep_s=60),
+                                                       timeout_ms=30_000))
+        await asyncio.sleep(1)
+        started = clock.monotonic()
+        fake.crash(host)
+        with pytest.raises(AgentUnavailable):
+            await call
+        return clock.monotonic() - started
+
+    assert run(scenario) < 1.0  # the watch's grace, not the 30 s deadline
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+
+def test_a_host_that_misses_its_heartbeats_has_its_agents_marked_offline() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        fake.crash(host)
+
+        async def offline() -> bool:
+            rec = await rt.cluster.registry().lookup("e-1")
+            return rec is not None and rec.status is AgentStatus.OFFLINE
+
+        assert await _eventually(offline, within_s=10)  # interval 1 s x 3 misses
+        with pytest.raises(AgentUnavailable, match="offline"):
+            await rt.client.request("e-1", Ask(text="x"))
+
+    run(scenario)
+
+
+def test_a_restarted_registry_rebuilds_its_table_from_heartbeats_with_epochs_kept() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn_many(Echo, ["e-1", "e-2"], placement=packed())
+        epochs = {r.agent_id: r.epoch for r in await rt.agents()}
+        fake.crash(REGISTRY_NAME)
+
+        async def rebuilt() -> bool:
+            return {r.agent_id for r in await rt.cluster.registry().agents()} == set(epochs)
+
+        assert await _eventually(rebuilt, within_s=10)
+        after = {r.agent_id: r.epoch for r in await rt.agents()}
+        assert all(after[a] >= epochs[a] for a in epochs)
+        reply = await rt.client.request("e-2", Ask(text="back"))
+        assert reply.value.by == "e-2"
+
+    run(scenario)
+
+
+# -- supervision ----------------------------------------------------------------------------
+
+
+def test_a_supervised_packed_agent_is_restarted_and_held_requests_reach_it() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.ChildSpec(Echo, "e-1", placement=packed())]))
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        fake.crash(host)
+        reply = await rt.client.request("e-1", Ask(text="after"), timeout_ms=20_000)
+        assert reply.value.text == "after"
+        assert reply.value.runs == 1
+        status = await sup.status()
+        assert [r.placement for r in status.restarts] == [RestartPlacement.PACKED]
+        assert (await rt.cluster.registry().lookup("e-1")).epoch == 2
+
+    run(scenario)
+
+
+def test_one_for_all_restarts_every_child_in_start_order() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec(
+            "s", strategy=Strategy.ONE_FOR_ALL, intensity=Intensity(5, 10), children=[
+                reach.ChildSpec(Echo, "a"), reach.ChildSpec(Echo, "b"),
+                reach.ChildSpec(Echo, "c")]))
+        fake.crash((await rt.cluster.registry().lookup("b")).host)
+
+        async def restarted() -> Any:
+            status = await sup.status()
+            return len(status.restarts) == 3 and status
+
+        status = await _eventually(restarted)
+        assert [r.child for r in status.restarts] == ["a", "b", "c"]
+        assert [c.child_id for c in status.children] == ["a", "b", "c"]
+
+    run(scenario)
+
+
+def test_a_temporary_child_is_not_restarted() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.ChildSpec(Echo, "t", restart=RestartType.TEMPORARY),
+            reach.ChildSpec(Echo, "p")]))
+        fake.crash((await rt.cluster.registry().lookup("t")).host)
+
+        async def dropped() -> bool:
+            return [c.child_id for c in (await sup.status()).children] == ["p"]
+
+        assert await _eventually(dropped)
+        assert (await sup.status()).restarts == ()
+
+    run(scenario)
+
+
+def test_past_its_intensity_a_supervisor_gives_up_and_the_driver_hears_it() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec(
+            "s", intensity=Intensity(1, 60), children=[reach.ChildSpec(Echo, "e-1")]))
+        fake.crash((await rt.cluster.registry().lookup("e-1")).host)
+
+        async def restarted_once() -> bool:
+            return len((await sup.status()).restarts) == 1
+
+        assert await _eventually(restarted_once)
+        fake.crash((await rt.cluster.registry().lookup("e-1")).host)
+        with pytest.raises(RestartLimitExceeded, match="restart intensity"):
+            await sup.wait()
+        assert (await sup.status()).state is SupervisorState.FAILED
+
+    run(scenario)
+
+
+# -- tasks ----------------------------------------------------------------------------------
+
+
+def _tree(*children: reach.ChildSpec, policy: Any = None) -> reach.SupervisorSpec:
+    return reach.SupervisorSpec("s", children=list(children), seed=7,
+                                task_policy=policy or SeverityPolicy())
+
+
+def test_a_retryable_error_fails_over_to_another_holder() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a", placement=packed()),
+                                       reach.ChildSpec(Echo, "b", placement=packed())))
+        task = await sup.submit("echo.say", Ask(text="x", fail="retryable"),
+                                by_capability=True, retry_limit=1)
+        result = await task.result()
+        assert result.state is TaskState.FAILED
+        assert sorted(a.agent_id for a in result.attempts) == ["a", "b"]
+        assert [a.decision for a in result.attempts] == ["retry", "fail"]
+        assert result.attempts[0].why == "retryable: fail over"
+
+    run(scenario)
+
+
+def test_without_failover_a_retry_goes_to_the_same_agent() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a", placement=packed()),
+                                       reach.ChildSpec(Echo, "b", placement=packed()),
+                                       policy=SeverityPolicy(failover=False)))
+        task = await sup.submit("echo.say", Ask(text="x", fail="retryable"),
+                                by_capability=True, retry_limit=2)
+        result = await task.result()
+        assert len({a.agent_id for a in result.attempts}) == 1
+        assert len(result.attempts) == 3
+        assert result.attempts[0].why == "retryable: same agent"
+
+    run(scenario)
+
+
+def test_a_degradable_error_ends_the_task_degraded_with_its_partial_result() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a")))
+        result = await (await sup.submit("a", Ask(text="x", fail="degradable"))).result()
+        assert result.state is TaskState.DEGRADED
+        assert result.partial
+        assert result.value == {"text": "half"}
+
+    run(scenario)
+
+
+def test_a_fatal_error_aborts_the_task_at_once() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a")))
+        result = await (await sup.submit("a", Ask(text="x", fail="fatal"))).result()
+        assert result.state is TaskState.FAILED
+        assert [a.decision for a in result.attempts] == ["abort"]
+        assert result.error is not None
+        assert result.error.severity is Severity.FATAL
+
+    run(scenario)
+
+
+def test_a_plain_exception_is_a_retryable_handler_error_and_the_agent_lives_on() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        with pytest.raises(HandlerError, match="ValueError: boom"):
+            await rt.client.request("e-1", Ask(text="x", fail="crash"))
+        assert (await rt.client.request("e-1", Ask(text="ok"))).value.runs == 2
+
+    run(scenario)
+
+
+def test_a_cancelled_task_cancels_its_running_handler() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a")))
+        task = await sup.submit("a", Ask(text="x", sleep_s=600), timeout_ms=1_000_000)
+        await asyncio.sleep(1)
+        result = await task.cancel()
+        assert result.state is TaskState.CANCELLED
+
+    run(scenario)
+
+
+def test_a_task_retried_after_a_timeout_runs_an_effectively_once_handler_once() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Once, "o-1")
+        first = await rt.client.request("o-1", Ask(text="x"), msg_id="req-1")
+        again = await rt.client.request("o-1", Ask(text="x"), msg_id="req-1")
+        assert first.value.runs == again.value.runs == 1
+        other = await rt.client.request("o-1", Ask(text="x"), msg_id="req-2")
+        assert other.value.runs == 2
+
+    run(scenario)
+
+
+# -- sessions and closing -------------------------------------------------------------------
+
+
+def test_a_session_knows_its_parties_and_its_negotiated_timeout() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        session = await rt.open_session(rt.client.sender, "e-1", reach.Terms(timeout_ms=2000))
+        assert session.peer == "e-1"
+        assert session.terms.timeout_ms == 2000
+        reply = await session.request(Ask(text="turn"))
+        assert reply.value.text == "turn"
+        context = await session.context()
+        assert [m.kind for m in context.messages] == ["request", "reply"]
+        with pytest.raises(RequestTimeout):
+            await session.request(Ask(text="slow", sleep_s=10))  # the session's 2 s
+        again = await rt.session(session.session_id)
+        assert (again.initiator, again.responder) == (rt.client.sender, "e-1")
+
+    run(scenario)
+
+
+def test_close_lets_queued_notifications_leave_first() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        for i in range(50):
+            await rt.client.notify("e-1", Ask(text=str(i)))
+        await rt.close()
+        assert fake.process(host).runners["e-1"].handled == 50
+
+    run(scenario)
+
+
+async def _eventually(check: Any, within_s: float = 30.0) -> Any:
+    """Polls ``check`` (on virtual time) until it returns something truthy."""
+    deadline = clock.monotonic() + within_s
+    while clock.monotonic() < deadline:
+        found = await check()
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    pytest.fail(f"not within {within_s} s of virtual time")
+
+
+def test_pool_hosts_are_named_by_their_pool() -> None:
+    async def scenario(fake: FakeCluster) -> list[str]:
+        rt = fake.runtime()
+        await rt.spawn_many(Echo, ["e-1", "e-2", "e-3"], placement=packed("q"))
+        return fake.names(POOL_PREFIX)
+
+    assert run(scenario) == ["reach.pool.q.0", "reach.pool.q.1"]
