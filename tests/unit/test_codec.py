@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reach import CodecError, Envelope, ErrorInfo, MsgType, ProtocolError, Severity
-from reach.codec import Codec
-from reach.codec import FIELDS, WIRE_VERSION
+from reach.codec import FIELDS, WIRE_VERSION, Codec
 
 REAL_TEXT = [
     "请问我的订单什么时候发货？型号：无线蓝牙耳机（黑色）",
