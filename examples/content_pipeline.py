@@ -25,9 +25,7 @@ import os
 import re
 import sys
 import textwrap
-from typing import Any
 
-import ray
 from pydantic import BaseModel
 
 import reach
@@ -74,20 +72,30 @@ class Work(BaseModel):
     notes: list[str] = []
 
 
+async def session_of(ctx: reach.Context) -> reach.Session:
+    """The session of the request being handled.
+
+    Raises:
+        ReachError: the request is not part of a session (fatal).
+    """
+    session = await ctx.session()
+    if session is None:
+        raise reach.ReachError(f"{ctx.agent_id} works within a session",
+                               severity=reach.Severity.FATAL,
+                               suggestion="send the request with Session.request")
+    return session
+
+
 async def earlier_work(ctx: reach.Context, stage: str) -> Work:
     """The latest output of ``stage`` in the session of the request being handled.
 
     Raises:
         ReachError: the request is not part of a session, or ``stage`` has not run in it (fatal).
     """
-    if ctx.session is None:
-        raise reach.ReachError(f"{ctx.agent_id} works within a session",
-                               severity=reach.Severity.FATAL,
-                               suggestion="send the request with Session.request")
-    context = await ctx.session.context(last_n=50)
-    for message in reversed(context["messages"]):
-        if message["kind"] == "reply" and message["payload"].get("stage") == stage:
-            return Work.model_validate(message["payload"])
+    context = await (await session_of(ctx)).context(last_n=50)
+    for message in reversed(context.messages):
+        if message.kind == "reply" and message.payload.get("stage") == stage:
+            return Work.model_validate(message.payload)
     raise reach.ReachError(f"the session has no {stage} output yet",
                            severity=reach.Severity.FATAL,
                            suggestion=f"run the {stage} stage first")
@@ -123,7 +131,8 @@ class Writer(reach.Agent):
     async def write(self, ctx: reach.Context, step: Step) -> Work:
         research = await earlier_work(ctx, "research")
         if self.crash_once and not await self._started_before(ctx):
-            await ctx.session.append(self.id, {"note": "draft started"}, kind="note")
+            session = await session_of(ctx)
+            await session.append(self.id, {"note": "draft started"}, kind="note")
             os._exit(1)  # the process dies mid-draft; the supervisor restarts it
         points = [note.rstrip(".") for note in research.notes]
         draft = (f"this note explains {step.topic} in {len(points)} points. "
@@ -132,8 +141,8 @@ class Writer(reach.Agent):
                     notes=[f"{len(points)} points from {research.author}"])
 
     async def _started_before(self, ctx: reach.Context) -> bool:
-        context = await ctx.session.context(last_n=50)
-        return any(m["kind"] == "note" and m["sender"] == self.id for m in context["messages"])
+        context = await (await session_of(ctx)).context(last_n=50)
+        return any(m.kind == "note" and m.sender == self.id for m in context.messages)
 
 
 class Proofreader(reach.Agent):
@@ -188,38 +197,42 @@ def show(stage: str, work: Work) -> None:
             print(f"  - {note}")
 
 
-def describe(message: dict[str, Any]) -> str:
+def describe(message: reach.SessionMessage) -> str:
     """One line for a stored session message."""
-    payload = message["payload"]
-    if message["kind"] == "request":
+    payload = message.payload
+    if message.kind == "request":
         what = f"topic={payload['topic']!r}"
-    elif message["kind"] == "reply":
+    elif message.kind == "reply":
         what = f"{payload['stage']}: {payload['text'][:48]!r}..."
     else:
-        what = repr(payload)
-    return f"  #{message['seq']:<2} {message['kind']:<7} {message['sender']:<22} {what}"
+        what = repr(dict(payload))
+    return f"  #{message.seq:<2} {message.kind:<7} {message.sender:<22} {what}"
 
 
 async def run_stages(rt: reach.Runtime, session: reach.Session, topic: str) -> list[Work]:
     """Asks each stage in turn within the session and prints its output; returns the outputs.
+
+    The session was opened with the first stage; the driver, a third party, turns to each
+    stage in turn through a handle on the same session with that stage as its peer.
 
     Raises:
         ReachError: a stage failed (its own error, typed).
     """
     results = []
     for stage, agent_id in STAGES:
-        reply = await session.request(rt.client, agent_id, Step(topic=topic))
-        work = Work.model_validate(reply.payload)
-        show(stage, work)
-        results.append(work)
+        with_stage = reach.Session(session.session_id, session.terms, session.initiator,
+                                   agent_id, rt.client)
+        reply = await with_stage.request(Step(topic=topic), returns=Work)
+        show(stage, reply.value)
+        results.append(reply.value)
     return results
 
 
-def problems(final: Work, kept: list[dict[str, Any]], restarted: list[str],
+def problems(final: Work, kept: tuple[reach.SessionMessage, ...], restarted: list[str],
              crash_writer: bool) -> list[str]:
     """What is wrong with a finished run (nothing, when it went as it should)."""
     found = [f"typo {typo!r} left" for typo in TYPOS if typo in final.text]
-    replies = [m["sender"] for m in kept if m["kind"] == "reply"]
+    replies = [m.sender for m in kept if m.kind == "reply"]
     if replies != [agent_id for _, agent_id in STAGES]:
         found.append(f"the session holds replies from {replies}")
     if crash_writer and STAGES[1][1] not in restarted:
@@ -228,7 +241,15 @@ def problems(final: Work, kept: list[dict[str, Any]], restarted: list[str],
 
 
 async def run(rt: reach.Runtime, topic: str, crash_writer: bool) -> int:
-    """Runs the pipeline in a session, stops it, reads the session back; returns the status."""
+    """Runs the pipeline in a session, stops it, reads the session back, closes the runtime;
+    returns the status."""
+    async with rt:
+        return await run_pipeline(rt, topic, crash_writer)
+
+
+async def run_pipeline(rt: reach.Runtime, topic: str, crash_writer: bool) -> int:
+    """Runs the pipeline in a session, stops it (which frees its names for the next run),
+    reads the session back; returns the status."""
     sup = await rt.supervise(tree(crash_writer))
     try:
         session = await rt.open_session(rt.client.sender, STAGES[0][1],
@@ -240,20 +261,18 @@ async def run(rt: reach.Runtime, topic: str, crash_writer: bool) -> int:
             hint = f" ({exc.suggestion})" if exc.suggestion else ""
             print(f"\npipeline FAILED: {type(exc).__name__}: {exc}{hint}")
             return 1
-        restarts = (await sup.status())["restarts"]
+        restarts = (await sup.status()).restarts
     finally:
         await sup.stop()
-        # The root supervisor outlives its stopped children: free its name for the next run.
-        ray.kill(sup.handle)
     if restarts:
         print()
     for restart in restarts:
-        print(f"{SUPERVISOR} restarted {restart['child']} ({restart['reason']})")
-    kept = (await rt.session(session.session_id).context(last_n=50))["messages"]
+        print(f"{SUPERVISOR} restarted {restart.child} ({restart.reason})")
+    kept = (await (await rt.session(session.session_id)).context(last_n=50)).messages
     print(f"\nthe agents are stopped; session {session.session_id} keeps {len(kept)} messages:")
     for message in kept:
         print(describe(message))
-    wrong = problems(results[-1], kept, [r["child"] for r in restarts], crash_writer)
+    wrong = problems(results[-1], kept, [r.child for r in restarts], crash_writer)
     if wrong:
         print(f"\npipeline FAILED: {'; '.join(wrong)}")
         return 1
@@ -263,7 +282,8 @@ async def run(rt: reach.Runtime, topic: str, crash_writer: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parses the command line and runs the pipeline, then disconnects (or stops the local Ray)."""
+    """Parses the command line and runs the pipeline; a Ray started for the run stops when the
+    script ends."""
     parser = argparse.ArgumentParser(description="research -> write -> proofread, in a session.")
     parser.add_argument("--address", default=None,
                         help="Ray cluster to join, e.g. auto (default: RAY_ADDRESS if set, "
@@ -276,11 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     # without an address, a Ray of its own, stopped at the end.
     where = args.address or os.environ.get("RAY_ADDRESS") or "local"
     rt = reach.init(address=where, log_to_driver=False)
-    try:
-        return asyncio.run(run(rt, args.topic, args.crash_writer))
-    finally:
-        rt.shutdown()
-        ray.shutdown()
+    return asyncio.run(run(rt, args.topic, args.crash_writer))
 
 
 if __name__ == "__main__":

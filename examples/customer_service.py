@@ -22,8 +22,6 @@ import asyncio
 import os
 import sys
 
-import ray
-
 import reach
 from reach.customer_service import (
     QUESTIONS,
@@ -57,12 +55,12 @@ async def show_tree(rt: reach.Runtime, sup: reach.SupervisorRef) -> dict[str, tu
     """Prints the supervisor's children; returns each registered agent's capabilities."""
     status = await sup.status()
     agents = {info.agent_id: info for info in await rt.agents()}
-    print(f"supervisor {status['name']}: {status['state']}, {status['strategy']}, "
-          f"{len(status['children'])} children")
-    for child in status["children"]:
-        info = agents.get(child["id"])
+    print(f"supervisor {status.name}: {status.state}, {status.strategy}, "
+          f"{len(status.children)} children")
+    for child in status.children:
+        info = agents.get(child.child_id)
         capabilities = ",".join(info.capabilities) if info else "?"
-        print(f"  {child['id']:<15} {capabilities:<16} {child['restart']:<9} {child['host']}")
+        print(f"  {child.child_id:<15} {capabilities:<16} {child.restart:<9} {child.host}")
     return {agent_id: info.capabilities for agent_id, info in agents.items()}
 
 
@@ -70,14 +68,14 @@ async def ask(rt: reach.Runtime, q: Question, holders: dict[str, tuple[str, ...]
     """Asks one question through the router and prints the answer; True if rightly answered."""
     print(f"\n[{q.customer}] {q.text}")
     try:
-        reply = await rt.client.request(ROUTER, q, timeout_ms=60_000)
+        reply = await rt.client.request(ROUTER, q, returns=Answer, timeout_ms=60_000)
     except reach.ReachError as exc:
         print(f"  not answered: {type(exc).__name__}: {exc}")
         return False
-    answer = Answer.model_validate(reply.payload)
+    answer = reply.value
     needed = classify(q.text)
     print(f"  {' -> '.join([rt.client.sender, *answer.path])} via {answer.capability}"
-          f"  trace={reply.trace_id}")
+          f"  trace={reply.envelope.trace_id}")
     print(f"  {answer.answered_by}: {answer.text}")
     if needed not in holders.get(answer.answered_by, ()):
         print(f"  not answered: {answer.answered_by} does not hold {needed}")
@@ -86,21 +84,22 @@ async def ask(rt: reach.Runtime, q: Question, holders: dict[str, tuple[str, ...]
 
 
 async def run(rt: reach.Runtime) -> int:
-    """Starts the tree, asks every question, stops the tree; returns the exit status."""
-    sup = await rt.supervise(tree())
-    try:
-        holders = await show_tree(rt, sup)
-        answered = [await ask(rt, q, holders) for q in QUESTIONS]
-    finally:
-        await sup.stop()
-        # The root supervisor outlives its stopped children: free its name for the next run.
-        ray.kill(sup.handle)
+    """Starts the tree, asks every question, stops the tree (which frees its name for the next
+    run), then closes the runtime; returns the exit status."""
+    async with rt:
+        sup = await rt.supervise(tree())
+        try:
+            holders = await show_tree(rt, sup)
+            answered = [await ask(rt, q, holders) for q in QUESTIONS]
+        finally:
+            await sup.stop()
     print(f"\nanswered {sum(answered)}/{len(QUESTIONS)}")
     return 0 if all(answered) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parses the command line and runs the scenario, then disconnects (or stops the local Ray)."""
+    """Parses the command line and runs the scenario; a Ray started for the run stops when the
+    script ends."""
     parser = argparse.ArgumentParser(description="Customer service under a supervisor.")
     parser.add_argument("--address", default=None,
                         help="Ray cluster to join, e.g. auto (default: RAY_ADDRESS if set, "
@@ -110,11 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     # without an address, a Ray of its own, stopped at the end.
     where = args.address or os.environ.get("RAY_ADDRESS") or "local"
     rt = reach.init(address=where, log_to_driver=False)
-    try:
-        return asyncio.run(run(rt))
-    finally:
-        rt.shutdown()
-        ray.shutdown()
+    return asyncio.run(run(rt))
 
 
 if __name__ == "__main__":

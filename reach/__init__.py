@@ -40,6 +40,7 @@ from reach.records import (
     AgentRecord,
     AgentStatus,
     Attempt,
+    AttemptOutcome,
     ChildKind,
     ChildStatus,
     DeadLetter,
@@ -68,7 +69,7 @@ if _TYPE_CHECKING:
     from reach.sessions import Session
     from reach.supervision import ChildSpec, SupervisorRef, SupervisorSpec, TaskHandle
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The runtime names load on first use: `policies` imports reach's protocol modules, and the
 # runtime imports `policies`, so importing them eagerly here would make that a cycle.
@@ -110,6 +111,7 @@ __all__ = [
     "AgentStatus",
     "AgentUnavailable",
     "Attempt",
+    "AttemptOutcome",
     "AuthError",
     "Backoff",
     "ChildKind",

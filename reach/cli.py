@@ -95,7 +95,12 @@ def _one_line(error: Exception) -> str:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from reach import benchchart
+    try:
+        from reach import benchchart
+    except ImportError as exc:  # matplotlib is an extra: only the chart needs it
+        print(f"reach bench: the chart needs matplotlib ({exc}); install reach[bench]",
+              file=sys.stderr)
+        return 2
 
     folder = Path(args.dir)
     results = folder / "results" / ("quick" if args.quick else "")

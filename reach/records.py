@@ -6,7 +6,8 @@ data (``reach status --json``):
 
 - :class:`AgentRecord` and :class:`AgentStatus`: what the registry knows of an agent;
 - :class:`AgentExit`: how an agent left its host, as its supervisor hears it;
-- :class:`TaskResult` and :class:`Attempt`: a supervisor-owned task's outcome and history;
+- :class:`TaskResult`, :class:`Attempt` and :class:`AttemptOutcome`: a supervisor-owned task's
+  outcome and history;
 - :class:`SupervisorStatus`, :class:`ChildStatus`, :class:`RestartRecord` and
   :class:`SupervisorState`: a supervision tree as it runs;
 - :class:`DeadLetter`: a message that could not be delivered, and why;
@@ -75,6 +76,14 @@ class AgentExit:
     reason: str
 
 
+class AttemptOutcome(StrEnum):
+    """How one try of a task ended."""
+
+    RUNNING = "running"
+    OK = "ok"
+    ERROR = "error"
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One try of a task: the agent it went to, when, how it ended, and what was decided.
@@ -83,7 +92,7 @@ class Attempt:
         agent_id: The agent (empty when no agent could be chosen).
         started: When it was sent (epoch seconds).
         ended: When it ended (0 while it runs).
-        outcome: ``running``, ``ok`` or ``error``.
+        outcome: Running, ok or error.
         code: The error's code, for an error.
         severity: The error's severity, for an error.
         reason: The error's message, for an error.
@@ -94,7 +103,7 @@ class Attempt:
     agent_id: str
     started: float
     ended: float = 0.0
-    outcome: str = "running"
+    outcome: AttemptOutcome = AttemptOutcome.RUNNING
     code: str = ""
     severity: str = ""
     reason: str = ""
@@ -297,6 +306,7 @@ __all__ = [
     "AgentRecord",
     "AgentStatus",
     "Attempt",
+    "AttemptOutcome",
     "ChildKind",
     "ChildStatus",
     "DeadLetter",

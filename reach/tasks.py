@@ -38,7 +38,7 @@ from reach.errors import (
 )
 from reach.metrics import FLUSH_S, metrics
 from reach.protocol import new_id
-from reach.records import Attempt, TaskResult
+from reach.records import Attempt, AttemptOutcome, TaskResult
 
 #: Ended tasks an owner remembers for ``wait``; beyond that the oldest are forgotten.
 KEEP_TASKS = 10_000
@@ -72,7 +72,7 @@ class _Try:
     agent_id: str
     started: float
     ended: float = 0.0
-    outcome: str = "running"
+    outcome: AttemptOutcome = AttemptOutcome.RUNNING
     code: str = ""
     severity: str = ""
     reason: str = ""
@@ -258,7 +258,7 @@ class TaskRunner:
             return self._decide(task, attempt, exc, alternatives)
         finally:
             task.assigned = None
-        attempt.ended, attempt.outcome = clock.now(), "ok"
+        attempt.ended, attempt.outcome = clock.now(), AttemptOutcome.OK
         task.value = dict(reply.payload)
         task.move(TaskState.COMPLETED)
         return None
@@ -295,11 +295,11 @@ class TaskRunner:
 
     def _decide(self, task: TaskRecord, attempt: _Try, exc: ReachError,
                 alternatives: int) -> Decision:
-        failures = sum(1 for a in task.attempts if a.outcome == "error")
+        failures = sum(1 for a in task.attempts if a.outcome is AttemptOutcome.ERROR)
         decision = self.policy.decide(exc.severity, attempt=failures,
                                       retry_limit=task.spec.retry_limit,
                                       alternatives=alternatives, rng=self.rng)
-        attempt.ended, attempt.outcome = clock.now(), "error"
+        attempt.ended, attempt.outcome = clock.now(), AttemptOutcome.ERROR
         attempt.code, attempt.severity, attempt.reason = exc.code, exc.severity.value, exc.message
         attempt.decision, attempt.why = decision.action.value, decision.reason
         if self.audit is not None:

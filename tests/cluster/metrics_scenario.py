@@ -70,35 +70,36 @@ def reach_lines(text: str) -> dict[str, float]:
 
 async def traffic(rt: Any) -> None:
     await rt.spawn_many(Pong, [f"pong-{i}" for i in range(4)], placement=reach.Packed(size=1))
+    client, registry = rt.client, rt.cluster.registry()
     for i in range(200):
-        await rt.request(f"pong-{i % 4}", Ping(n=i))
-    await asyncio.gather(*(rt.request(f"pong-{i % 4}", Ping(n=i)) for i in range(300)))
+        await client.request(f"pong-{i % 4}", Ping(n=i))
+    await asyncio.gather(*(client.request(f"pong-{i % 4}", Ping(n=i)) for i in range(300)))
     for _ in range(3):
         with contextlib.suppress(reach.AgentNotFound):
-            await rt.request("pong-0", Ping(n=-1))
+            await client.request("pong-0", Ping(n=-1))
     # A supervised agent whose process is killed once: a restart; then tasks through it.
     sup = await rt.supervise(reach.SupervisorSpec("metrics-sup", children=[
         reach.ChildSpec(Pong, "sup-pong")]))
-    first = await rt.registry.lookup.remote("sup-pong")
-    ray.kill(ray.get_actor(first["host"], namespace="reach"))
+    first = await registry.lookup("sup-pong")
+    assert first is not None
+    ray.kill(rt.cluster.host(first.host).handle)
 
     async def restarted() -> bool:
-        rec = await rt.registry.lookup.remote("sup-pong") or {}
-        return bool(rec.get("status") == "online" and rec.get("epoch", 0) > first["epoch"])
+        rec = await registry.lookup("sup-pong")
+        return rec is not None and rec.online and rec.epoch > first.epoch
 
     await until(restarted, "sup-pong was not restarted")
     for i in range(TASKS):
         await (await sup.submit("sup-pong", Ping(n=i))).result()
     # An agent whose host dies without a supervisor: what is sent to it becomes a dead letter.
-    await rt.spawn(Pong, "doomed")
-    doomed = await rt.registry.lookup.remote("doomed")
-    host = ray.get_actor(doomed["host"], namespace="reach")
-    ray.kill(host)
+    doomed = await rt.spawn(Pong, "doomed")
+    host = rt.cluster.host(doomed.host)
+    ray.kill(host.handle)
 
     async def dead() -> bool:
         try:
-            await host.count.remote()
-        except ray.exceptions.RayActorError:
+            await host.count()
+        except reach.AgentUnavailable:
             return True
         return False
 
@@ -106,7 +107,7 @@ async def traffic(rt: Any) -> None:
     for _ in range(3):
         with contextlib.suppress(reach.ReachError):
             await rt.client.notify("doomed", Ping(n=1))
-    await rt.transport.flush()  # they fail once they leave: let them, before this loop ends
+    await rt.close()  # they fail once they leave: let them, before this loop ends
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60.0) -> None:
@@ -142,7 +143,6 @@ def main() -> int:
             break
         time.sleep(2)
     print(json.dumps(found, sort_keys=True))
-    rt.shutdown()
     return 0
 
 

@@ -104,7 +104,8 @@ def _start_reach(address: str, sessions: Path) -> Any:
     rt = reach.init(address=address, heartbeat_interval_s=0.5, heartbeat_misses=3,
                     log_to_driver=False, session_path=str(sessions), session_resource="nf_head")
     inbox = ray.get_actor(f"reach.inbox.{rt.driver_id}", namespace=NAMESPACE)
-    ray.get([a.__ray_ready__.remote() for a in (rt.registry, rt.store, inbox)])
+    actors = (rt.cluster.registry().handle, rt.cluster.store().handle, inbox)
+    ray.get([a.__ray_ready__.remote() for a in actors])
     return rt
 
 
@@ -127,16 +128,25 @@ def live_nodes() -> set[str]:
     return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
 
 
-async def records(rt: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
+async def records(rt: Any, ids: list[str]) -> dict[str, reach.AgentRecord]:
     """The registry's records of ``ids`` (missing ones left out)."""
-    found = {r["agent_id"]: r for r in await rt.registry.agents.remote()}
+    found = {r.agent_id: r for r in await rt.agents()}
     return {i: found[i] for i in ids if i in found}
 
 
-async def all_online(rt: Any, ids: list[str]) -> dict[str, dict[str, Any]] | None:
+async def all_online(rt: Any, ids: list[str]) -> dict[str, reach.AgentRecord] | None:
     now = await records(rt, ids)
-    ok = len(now) == len(ids) and all(r["status"] == "online" for r in now.values())
+    ok = len(now) == len(ids) and all(r.online for r in now.values())
     return now if ok else None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A task of the stream that ended: its result, its number and the agent it went to."""
+
+    result: reach.TaskResult
+    n: int
+    target: str
 
 
 class Stream:
@@ -146,7 +156,7 @@ class Stream:
     def __init__(self, sup: reach.SupervisorRef, targets: list[str]) -> None:
         self.sup = sup
         self.targets = targets
-        self.results: list[dict[str, Any]] = []
+        self.results: list[Ended] = []
         self.lost: list[str] = []
         self.submitted = 0
         self._stop = asyncio.Event()
@@ -166,11 +176,12 @@ class Stream:
             except Exception as exc:  # the owner went away, or the task never ended
                 self.lost.append(f"task {n} to {target}: {type(exc).__name__}: {exc}")
             else:
-                self.results.append({**result, "n": n, "target": target})
+                self.results.append(Ended(result, n, target))
             n += INFLIGHT
 
     async def completed(self, count: int, since: float = 0.0) -> bool:
-        done = sum(1 for r in self.results if r["state"] == "completed" and r["submitted"] >= since)
+        done = sum(1 for r in self.results
+                   if r.result.state is reach.TaskState.COMPLETED and r.result.submitted >= since)
         return done >= count
 
     def stop(self) -> None:
@@ -205,8 +216,8 @@ async def tree(nodes: Cluster3) -> AsyncIterator[dict[str, Any]]:
     status = await sup.status()
     # A child supervisor runs on its parent's node: the tree shares its root's fate, and
     # killing another node leaves the owner of the tasks running.
-    assert {s["node"] for s in status["subtree"].values()} == {status["node"]}
-    killed = next(w for w in nodes.workers if w != status["node"])
+    assert {s.node for s in status.subtree.values()} == {status.node}
+    killed = next(w for w in nodes.workers if w != status.node)
     ids = ["nf-head-d", *(f"nf-{t}-{k}" for t in "bc" for k in ("d", "p0", "p1")),
            "nf-sub-b-d", "nf-sub-c-p"]
     yield {"sup": sup, "node": killed, "ids": ids, "pinned": pinned}
@@ -221,12 +232,12 @@ async def test_agents_come_back_on_live_nodes_and_no_task_is_lost_when_a_node_di
     # Spread as placed: every node holds agents, the node to kill dedicated and packed ones.
     by_node = collections.defaultdict(set)
     for agent_id, rec in before.items():
-        by_node[rec["node"]].add(agent_id)
+        by_node[rec.node].add(agent_id)
     assert set(by_node) == {nodes.head, *nodes.workers}
     doomed = by_node[killed]
-    assert {before[i]["host"].split(".")[1] for i in doomed} == {"host", "pool"}
+    assert {before[i].host.split(".")[1] for i in doomed} == {"host", "pool"}
     pinned = await records(rt, list(tree["pinned"].values()))
-    assert {tree["pinned"][r["node"]] for r in pinned.values()} == set(pinned)
+    assert {tree["pinned"][r.node] for r in pinned.values()} == set(pinned)
 
     stream = Stream(sup, ids)
     running = asyncio.ensure_future(stream.run())
@@ -235,34 +246,33 @@ async def test_agents_come_back_on_live_nodes_and_no_task_is_lost_when_a_node_di
     killed_at_wall, killed_at = time.time(), time.monotonic()
     await asyncio.to_thread(nodes.cluster.remove_node, nodes.workers[killed], False)
 
-    async def back() -> dict[str, dict[str, Any]] | None:
+    async def back() -> dict[str, reach.AgentRecord] | None:
         now, alive = await records(rt, ids), live_nodes()
         settled = killed not in alive and len(now) == len(ids) and all(
-            r["status"] == "online" and r["node"] in alive for r in now.values())
+            r.online and r.node in alive for r in now.values())
         return now if settled else None
 
     async def show() -> Any:
         now = await records(rt, ids)
         return {"alive": live_nodes(), "status": await sup.status(),
-                "agents": {i: (r["status"], r["node"][:8], r["epoch"], r["host"])
-                           for i, r in now.items()}}
+                "agents": {i: (r.status, r.node[:8], r.epoch, r.host) for i, r in now.items()}}
 
     after = await until(back, 90, "every agent back on a live node", show)
     recovered_s = time.monotonic() - killed_at
 
     # Reachable by the same ID, answering from the live node the registry names.
     for agent_id in ids:
-        reply = await rt.client.request(agent_id, Job(n=-1), timeout_ms=30_000)
-        done = Done.model_validate(reply.payload)
-        assert (done.agent_id, done.node) == (agent_id, after[agent_id]["node"])
+        reply = await rt.client.request(agent_id, Job(n=-1), returns=Done, timeout_ms=30_000)
+        done = reply.value
+        assert (done.agent_id, done.node) == (agent_id, after[agent_id].node)
         assert done.node != killed
 
     # Only the dead node's agents were restarted; the others kept their incarnation.
     for agent_id in set(ids) - doomed:
-        assert after[agent_id]["epoch"] == before[agent_id]["epoch"], agent_id
+        assert after[agent_id].epoch == before[agent_id].epoch, agent_id
     status = await sup.status()
-    restarted = {r["child"] for r in status["restarts"]}
-    restarted |= {r["child"] for r in status["subtree"]["nf-sub"]["restarts"]}
+    restarted = {r.child for r in status.restarts}
+    restarted |= {r.child for r in status.subtree["nf-sub"].restarts}
     assert restarted == doomed
 
     # The stream ran on through the failure: every task ended, and ended completed.
@@ -273,14 +283,15 @@ async def test_agents_come_back_on_live_nodes_and_no_task_is_lost_when_a_node_di
     await running
     assert stream.lost == []
     assert len(stream.results) == stream.submitted
-    failed = [(r["target"], r["error"]) for r in stream.results if r["state"] != "completed"]
+    failed = [(r.target, r.result.error) for r in stream.results
+              if r.result.state is not reach.TaskState.COMPLETED]
     assert failed == []
-    across = [r for r in stream.results
-              if r["submitted"] < killed_at_wall < r["finished"] and r["target"] in doomed]
-    retried = [r for r in stream.results if len(r["attempts"]) > 1]
+    across = [r for r in stream.results if r.target in doomed
+              and r.result.submitted < killed_at_wall < r.result.finished]
+    retried = [r for r in stream.results if len(r.result.attempts) > 1]
     assert retried, "no task met the failure: the stream did not run through it"
     print(f"\nnode failure: {len(doomed)} of {len(ids)} agents on the killed node "
-          f"({sum(1 for i in doomed if '.pool.' in before[i]['host'])} packed); every agent "
+          f"({sum(1 for i in doomed if '.pool.' in before[i].host)} packed); every agent "
           f"back on a live node {recovered_s:.1f} s after the kill; {stream.submitted} tasks, "
           f"{len(stream.results)} completed, 0 lost; {len(across)} to the dead node's agents "
           f"were in flight across the kill; {len(retried)} needed more than one attempt")
@@ -295,17 +306,17 @@ async def test_an_agent_pinned_to_the_dead_node_fails_typed_instead_of_waiting(
     resource = nodes.resource[killed]
     doomed = tree["pinned"][killed]
     with pytest.raises(reach.RestartLimitExceeded) as gave_up:
-        await asyncio.wait_for(reach.find_supervisor(doomed).wait(), 60)
+        await asyncio.wait_for(nodes.rt.find_supervisor(doomed).wait(), 60)
     assert doomed in gave_up.value.message
     assert f"{resource}=1" in gave_up.value.message  # names what no live node has
 
     # The other pinned agent, and the rest of the tree, are untouched.
     (survivor,) = set(tree["pinned"]) - {killed}
     alive = await records(nodes.rt, [tree["pinned"][survivor]])
-    assert [(r["status"], r["node"]) for r in alive.values()] == [("online", survivor)]
+    assert [(r.status, r.node) for r in alive.values()] == [(reach.AgentStatus.ONLINE, survivor)]
     status = await tree["sup"].status()
-    assert status["state"] == "running"
-    assert doomed not in [c["id"] for c in status["children"]]
+    assert status.state is reach.SupervisorState.RUNNING
+    assert doomed not in [c.child_id for c in status.children]
     assert await all_online(nodes.rt, tree["ids"])
 
     # A new spawn that needs the dead node's resource is refused at once, typed.

@@ -11,7 +11,7 @@ from conftest import wait_until
 from support_agents import Life, Text, Worker
 
 import reach
-from reach import ChildSpec, Intensity, RestartType, Strategy, SupervisorSpec
+from reach import ChildSpec, Intensity, RestartType, Strategy, SupervisorSpec, SupervisorState
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +19,23 @@ FAST = reach.Backoff(base_s=0.01, cap_s=0.05)
 
 
 async def life(rt: Any, agent_id: str) -> Life:
-    reply = await rt.client.request(agent_id, {}, "test.life.ask@1.0", timeout_ms=20_000)
-    return Life.model_validate(reply.payload)
+    reply = await rt.client.request(agent_id, {}, "test.life.ask@1.0", returns=Life,
+                                    timeout_ms=20_000)
+    return reply.value
+
+
+async def epoch(rt: Any, agent_id: str) -> int:
+    rec = await rt.cluster.registry().lookup(agent_id)
+    assert rec is not None, agent_id
+    return int(rec.epoch)
+
+
+def child_ids(status: reach.SupervisorStatus) -> list[str]:
+    return [c.child_id for c in status.children]
+
+
+def restarted_children(status: reach.SupervisorStatus) -> list[str]:
+    return [r.child for r in status.restarts]
 
 
 async def changed(rt: Any, agent_id: str, before: Life) -> Life:
@@ -49,13 +64,14 @@ def tree(name: str, *children: ChildSpec | SupervisorSpec, **kw: Any) -> Supervi
 async def test_a_permanent_child_killed_with_os_exit_comes_back_with_a_new_epoch(rt: Any) -> None:
     sup = await rt.supervise(tree("s-perm", ChildSpec(Worker, "s-perm-1")))
     before = await life(rt, "s-perm-1")
-    epoch = (await rt.registry.lookup.remote("s-perm-1"))["epoch"]
+    first = await epoch(rt, "s-perm-1")
     await crash(rt, "s-perm-1")
     after = await changed(rt, "s-perm-1", before)
     assert after.pid != before.pid
-    assert (await rt.registry.lookup.remote("s-perm-1"))["epoch"] > epoch
+    assert await epoch(rt, "s-perm-1") > first
     status = await sup.status()
-    assert [r["child"] for r in status["restarts"]] == ["s-perm-1"]
+    assert restarted_children(status) == ["s-perm-1"]
+    assert status.restarts[0].placement is reach.RestartPlacement.DEDICATED
     await sup.stop()
 
 
@@ -71,12 +87,11 @@ async def test_transient_children_restart_after_a_crash_but_not_after_a_normal_e
     await rt.client.request("s-trans-2", Text(text="quit"))
 
     async def only_the_crashed_one_left() -> bool:
-        status = await sup.status()
-        return [c["id"] for c in status["children"]] == ["s-trans-1"]
+        return child_ids(await sup.status()) == ["s-trans-1"]
 
     await wait_until(only_the_crashed_one_left)
-    assert await rt.registry.lookup.remote("s-trans-2") is None
-    assert [r["child"] for r in (await sup.status())["restarts"]] == ["s-trans-1"]
+    assert await rt.cluster.registry().lookup("s-trans-2") is None
+    assert restarted_children(await sup.status()) == ["s-trans-1"]
     await sup.stop()
 
 
@@ -87,11 +102,10 @@ async def test_a_temporary_child_is_never_restarted(rt: Any) -> None:
     await crash(rt, "s-temp-1")
 
     async def dropped() -> bool:
-        status = await sup.status()
-        return [c["id"] for c in status["children"]] == ["s-temp-2"]
+        return child_ids(await sup.status()) == ["s-temp-2"]
 
     await wait_until(dropped)
-    assert (await sup.status())["restarts"] == []
+    assert (await sup.status()).restarts == ()
     await sup.stop()
 
 
@@ -129,7 +143,8 @@ async def test_each_strategy_restarts_exactly_the_right_siblings(
 
     assert await wait_until(settled)
     status = await sup.status()
-    assert [c["id"] for c in status["children"]] == [ids[k] for k in "abc"]
+    assert child_ids(status) == [ids[k] for k in "abc"]
+    assert {r.child for r in status.restarts} == {ids[k] for k in restarted}
     await sup.stop()
 
 
@@ -146,7 +161,8 @@ async def test_a_packed_host_killed_takes_its_agents_down_and_they_all_come_back
     assert len({a.pid for a in after.values()}) == 1
     assert next(iter(after.values())).pid != next(iter(before.values())).pid
     status = await sup.status()
-    assert sorted(r["child"] for r in status["restarts"]) == sorted(ids)
+    assert sorted(restarted_children(status)) == sorted(ids)
+    assert {r.placement for r in status.restarts} == {reach.RestartPlacement.PACKED}
     await sup.stop()
 
 
@@ -157,7 +173,7 @@ async def test_restarts_spaced_further_apart_than_the_period_never_escalate(rt: 
         before = await life(rt, "s-spaced-1")
         await crash(rt, "s-spaced-1")
         await changed(rt, "s-spaced-1", before)
-        last = (await sup.status())["restarts"][-1]["at"]
+        last = (await sup.status()).restarts[-1].at
 
         async def period_passed(last: float = last) -> bool:
             import time
@@ -166,8 +182,8 @@ async def test_restarts_spaced_further_apart_than_the_period_never_escalate(rt: 
 
         await wait_until(period_passed)
     status = await sup.status()
-    assert status["state"] == "running"
-    assert len(status["restarts"]) == 3
+    assert status.state is SupervisorState.RUNNING
+    assert len(status.restarts) == 3
     await sup.stop()
 
 
@@ -180,8 +196,9 @@ async def test_exceeding_the_intensity_at_the_root_reaches_the_driver(rt: Any) -
     await crash(rt, "s-rf-1")
     with pytest.raises(reach.RestartLimitExceeded, match="s-root-fail"):
         await asyncio.wait_for(sup.wait(), timeout=30)
-    assert await rt.registry.lookup.remote("s-rf-1") is None or (
-        await rt.registry.lookup.remote("s-rf-1"))["status"] != "online"
+    rec = await rt.cluster.registry().lookup("s-rf-1")
+    assert rec is None or rec.status is not reach.AgentStatus.ONLINE
+    assert (await sup.status()).state is SupervisorState.FAILED
 
 
 async def test_a_child_supervisor_that_gives_up_is_restarted_by_its_parent(rt: Any) -> None:
@@ -195,9 +212,11 @@ async def test_a_child_supervisor_that_gives_up_is_restarted_by_its_parent(rt: A
     await crash(rt, "s-inner-1")  # the inner supervisor's second restart in 30 s: it gives up
 
     async def outer_restarted_inner() -> bool:
-        return any(r["child"] == "s-inner" for r in (await sup.status())["restarts"])
+        return "s-inner" in restarted_children(await sup.status())
 
     await wait_until(outer_restarted_inner)
+    inner = next(r for r in (await sup.status()).restarts if r.child == "s-inner")
+    assert inner.placement is reach.RestartPlacement.SUPERVISOR
     await changed(rt, "s-inner-1", before)
     assert (await life(rt, "s-outer-1")).token == outer_before.token  # one_for_one
     await sup.stop()
@@ -234,7 +253,7 @@ async def test_children_stop_in_reverse_order_and_a_stuck_one_is_cut_off_at_its_
     with pytest.raises(reach.AgentUnavailable, match="stopped before finishing"):
         await asyncio.wait_for(stuck, timeout=30)
     for i in (1, 2, 3):
-        assert await rt.registry.lookup.remote(f"s-order-{i}") is None
+        assert await rt.cluster.registry().lookup(f"s-order-{i}") is None
 
 
 async def test_messages_wait_for_a_restarting_agent_or_become_dead_letters(rt: Any) -> None:
@@ -245,18 +264,18 @@ async def test_messages_wait_for_a_restarting_agent_or_become_dead_letters(rt: A
     await crash(rt, "s-hold-1")
 
     async def restarting() -> bool:
-        return (await rt.registry.lookup.remote("s-hold-1"))["status"] == "restarting"
+        rec = await rt.cluster.registry().lookup("s-hold-1")
+        return rec is not None and rec.status is reach.AgentStatus.RESTARTING
 
     await wait_until(restarting)
     held = asyncio.ensure_future(rt.client.request("s-hold-1", Text(text="held"),
-                                                   timeout_ms=30_000))
+                                                   returns=Text, timeout_ms=30_000))
     with pytest.raises(reach.AgentUnavailable, match="restarting"):
         await rt.client.request("s-hold-1", Text(text="too short"), timeout_ms=200)
-    assert (await asyncio.wait_for(held, timeout=30)).payload["text"] == "s-hold-1:held"
+    assert (await asyncio.wait_for(held, timeout=30)).value.text == "s-hold-1:held"
     assert (await life(rt, "s-hold-1")).token != before.token
     letters = await rt.dead_letters()
-    assert any(d["receiver"] == "s-hold-1" and d["code"] == "agent_unavailable"
-               for d in letters)
+    assert any(d.receiver == "s-hold-1" and d.code == "agent_unavailable" for d in letters)
     await sup.stop()
 
 
