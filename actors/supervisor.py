@@ -248,7 +248,9 @@ class Supervisor:
             if child_id in self.started:
                 self.started.remove(child_id)
             self.hosts.pop(child_id, None)
-            self.subs.pop(child_id, None)
+            gone = self.subs.pop(child_id, None)
+            if gone is not None:  # a child supervisor that gave up still holds its name
+                self.cluster.kill(gone)
         await asyncio.sleep(plan.delay_s)
         detected = min(e.at for e in batch)
         for child_id in plan.restart:

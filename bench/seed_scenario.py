@@ -9,10 +9,12 @@ Contestants on one Ray cluster, one after the other:
 - packed_encrypted: packed_signed, and every payload encrypted (AES-GCM);
 - packed_audited:   packed_signed with every call recorded in the audit log (reach's default).
 
-Security settings belong to a Ray job, so each packed contestant runs as a driver process of its
-own joining the same cluster (this script with ``--contestant``), with a new pool of hosts;
-they take turns, ``--rounds`` times each (3 by default, in alternating order), and each reports
-its best round, so that a moment of noise on a shared machine does not decide the comparison.
+Every contestant gets the same conditions: each round of each runs as a driver process of its
+own joining the same cluster (this script with ``--contestant``; raw Ray's is a plain
+``ray.init`` that starts no reach runtime), on actors created for that round and removed after
+it (a packed round's pool hosts too), once the machine is quiet. They take turns, ``--rounds``
+times each (3 by default, in alternating order), and each reports its best round, so that a
+moment of noise on a shared machine does not decide the comparison.
 Prints msg/s and p50/p95/p99 latency for each and writes bench/results/seed_scenario.json.
 Run: ``python bench/seed_scenario.py [--messages N] [--inflight K] [--address ADDR]``.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -39,13 +42,19 @@ import reach
 RESULTS = Path(__file__).parent / "results"
 AGENTS = 20
 PAYLOAD = {"sku": "A-1024", "text": "蓝色羊毛围巾，手工编织，适合冬天 🧣", "qty": 2}
-#: The packed contestants, each a driver of its own: reach.init's security settings for each.
-SECURED: dict[str, dict[str, bool]] = {
-    "packed": {"sign": False, "encrypt": False, "audit_calls": False},
-    "packed_signed": {"sign": True, "encrypt": False, "audit_calls": False},
-    "packed_encrypted": {"sign": True, "encrypt": True, "audit_calls": False},
-    "packed_audited": {"sign": True, "encrypt": False, "audit_calls": True},
+SECURITY_OFF = {"sign": False, "encrypt": False, "audit_calls": False}
+#: reach's contestants: placement ("dedicated" or "packed") and reach.init's security settings.
+REACH: dict[str, tuple[str, dict[str, bool]]] = {
+    "dedicated": ("dedicated", SECURITY_OFF),
+    "packed": ("packed", SECURITY_OFF),
+    "packed_signed": ("packed", {"sign": True, "encrypt": False, "audit_calls": False}),
+    "packed_encrypted": ("packed", {"sign": True, "encrypt": True, "audit_calls": False}),
+    "packed_audited": ("packed", {"sign": True, "encrypt": False, "audit_calls": True}),
 }
+#: Every contestant, each a driver of its own, in the order of the first round.
+CONTESTANTS = ("raw", *REACH)
+#: The machine counts as quiet when its CPUs are busy less than this share of the time.
+QUIET = 0.3
 
 
 @reach.schema("bench.item@1.0")
@@ -113,7 +122,7 @@ async def run_raw(total: int, inflight: int) -> dict[str, float]:
 async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, total: int,
                     inflight: int) -> dict[str, float]:
     ids = [f"{prefix}-{i}" for i in range(AGENTS)]
-    await rt.spawn_many(EchoAgent, ids, placement=placement)
+    records = await rt.spawn_many(EchoAgent, ids, placement=placement)
     item = Item(**PAYLOAD)
 
     async def send(i: int) -> Any:
@@ -128,6 +137,10 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
     result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
     for agent_id in ids:
         await rt.stop(agent_id)
+    if isinstance(placement, reach.Packed):  # pool hosts outlive their agents: end them too
+        for host in {record.host for record in records}:
+            with contextlib.suppress(ValueError):  # Ray's way of saying it is gone already
+                ray.kill(ray.get_actor(host, namespace="reach"), no_restart=True)
     return result
 
 
@@ -137,19 +150,56 @@ def show(name: str, r: dict[str, float]) -> None:
 
 
 async def contestant(args: argparse.Namespace) -> dict[str, Any]:
-    """One packed contestant, in this (child) driver process."""
-    rt = reach.init(address=args.address, log_to_driver=False, **SECURED[args.contestant])
+    """One round of one contestant, in this (child) driver process."""
+    name = f"{args.contestant}-{args.round}"
+    if args.contestant == "raw":  # a plain Ray driver, as a user without reach would write it
+        ray.init(address=args.address, log_to_driver=False)
+        try:
+            return await run_raw(args.messages, args.inflight)
+        finally:
+            ray.shutdown()
+    kind, security = REACH[args.contestant]
+    rt = reach.init(address=args.address, log_to_driver=False, **security)
     # Fresh hosts every round: every contestant starts as the first one did.
-    pool = reach.Packed(pool=f"{args.contestant}-{args.round}", size=2)
-    result = await run_reach(rt, pool, f"{args.contestant}-{args.round}", args.messages,
-                             args.inflight)
+    placement = reach.Packed(pool=name, size=2) if kind == "packed" else reach.Dedicated()
+    result = await run_reach(rt, placement, name, args.messages, args.inflight)
     rt.shutdown()
     return result
 
 
-def run_secured(name: str, address: str, args: argparse.Namespace, round_: int
-                ) -> dict[str, Any]:
-    """Runs a packed contestant as a driver of its own on the same cluster."""
+def cpu_times() -> tuple[int, int] | None:
+    """This machine's (total, idle) CPU time in ticks, or None where /proc/stat is not."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(t) for t in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
+
+
+async def settle(deadline_s: float = 15.0) -> None:
+    """Waits (up to ``deadline_s``) until this machine's CPUs are quiet: Ray's start, reach's
+    actors starting and the processes of the previous round exiting would otherwise run beside
+    the next contestant, the first one above all."""
+    before = cpu_times()
+    end = time.monotonic() + deadline_s
+    while before is not None:
+        await asyncio.sleep(0.5)
+        after = cpu_times()
+        assert after is not None
+        busy = 1 - (after[1] - before[1]) / max(after[0] - before[0], 1)
+        if busy < QUIET:
+            return
+        if time.monotonic() > end:
+            print(f"  (the machine is still {busy:.0%} busy after {deadline_s:.0f} s: "
+                  "figures may be noisy)", flush=True)
+            return
+        before = after
+
+
+def run_contestant(name: str, address: str, args: argparse.Namespace, round_: int
+                   ) -> dict[str, Any]:
+    """Runs one round of a contestant as a driver of its own on the same cluster."""
     cmd = [sys.executable, __file__, "--contestant", name, "--address", address,
            "--messages", str(args.messages), "--inflight", str(args.inflight),
            "--round", str(round_)]
@@ -161,29 +211,29 @@ def run_secured(name: str, address: str, args: argparse.Namespace, round_: int
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    # This driver starts Ray and reach's registry and store (or joins them), then only
+    # conducts: every contestant runs in a driver of its own.
     rt = reach.init(address=args.address, log_to_driver=False, sign=False)
     address = args.address or ray.get_runtime_context().gcs_address
-    results: dict[str, Any] = {}
+    await rt.agents()  # reach.init returns before its registry is up
+    best: dict[str, Any] = {}
     print(f"{AGENTS} agents, {args.inflight} requests in flight, {args.messages} messages each")
-    results["raw"] = await run_raw(args.messages, args.inflight)
-    show("raw", results["raw"])
-    results["dedicated"] = await run_reach(rt, reach.Dedicated(), "ded", args.messages,
-                                           args.inflight)
-    show("dedicated", results["dedicated"])
     for round_ in range(args.rounds):
-        order = list(SECURED) if round_ % 2 == 0 else list(reversed(SECURED))  # no fixed first
+        order = CONTESTANTS if round_ % 2 == 0 else CONTESTANTS[::-1]  # no fixed first
         for name in order:
-            result = run_secured(name, address, args, round_)
+            await settle()
+            result = run_contestant(name, address, args, round_)
             show(f"{name} #{round_ + 1}", result)
-            if name not in results or result["msgs_per_s"] > results[name]["msgs_per_s"]:
-                results[name] = result
-    for name in SECURED:
+            if name not in best or result["msgs_per_s"] > best[name]["msgs_per_s"]:
+                best[name] = result
+    results = {name: best[name] for name in CONTESTANTS}
+    for name in CONTESTANTS:
         show(name, results[name])
     raw = results["raw"]["msgs_per_s"]
     packed = results["packed"]["msgs_per_s"]
-    for name in ("dedicated", *SECURED):
+    for name in REACH:
         results[name]["x_raw"] = round(results[name]["msgs_per_s"] / raw, 2)
-    secured = [name for name in SECURED if name != "packed"]
+    secured = [name for name in REACH if name not in ("dedicated", "packed")]
     for name in secured:
         results[name]["overhead_vs_packed"] = round(1 - results[name]["msgs_per_s"] / packed, 3)
     print(f"dedicated {results['dedicated']['x_raw']}x raw, "
@@ -202,9 +252,9 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true",
                         help="1,000 messages, 50 in flight; figures to bench/results/quick/")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="turns each packed contestant takes (its best one is reported)")
-    parser.add_argument("--contestant", choices=sorted(SECURED), default=None,
-                        help="run one packed contestant (a child driver) and print its JSON")
+                        help="turns each contestant takes (its best one is reported)")
+    parser.add_argument("--contestant", choices=CONTESTANTS, default=None,
+                        help="run one round of one contestant (a child driver), print its JSON")
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.quick:

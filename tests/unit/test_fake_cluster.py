@@ -504,3 +504,103 @@ def test_pool_hosts_are_named_by_their_pool() -> None:
         return fake.names(POOL_PREFIX)
 
     assert run(scenario) == ["reach.pool.q.0", "reach.pool.q.1"]
+
+
+def test_restarts_further_apart_than_the_period_never_exceed_the_intensity() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec(
+            "s", intensity=Intensity(1, 5), children=[reach.ChildSpec(Echo, "e-1")]))
+        for n in range(1, 4):
+            fake.crash((await rt.cluster.registry().lookup("e-1")).host)
+
+            async def restarted(n: int = n) -> bool:
+                return len((await sup.status()).restarts) == n
+
+            assert await _eventually(restarted)
+            await asyncio.sleep(6)  # past the period: the last restart no longer counts
+        assert (await sup.status()).state is SupervisorState.RUNNING
+
+    run(scenario)
+
+
+def test_rest_for_one_restarts_the_failed_child_and_those_started_after_it() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec(
+            "s", strategy=Strategy.REST_FOR_ONE, intensity=Intensity(5, 10), children=[
+                reach.ChildSpec(Echo, "a"), reach.ChildSpec(Echo, "b"),
+                reach.ChildSpec(Echo, "c")]))
+        epochs = {r.agent_id: r.epoch for r in await rt.agents()}
+        fake.crash((await rt.cluster.registry().lookup("b")).host)
+
+        async def restarted() -> Any:
+            status = await sup.status()
+            return len(status.restarts) == 2 and status
+
+        status = await _eventually(restarted)
+        assert [r.child for r in status.restarts] == ["b", "c"]
+        after = {r.agent_id: r.epoch for r in await rt.agents()}
+        assert after["a"] == epochs["a"] and after["b"] > epochs["b"]
+
+    run(scenario)
+
+
+def test_a_nested_supervisor_past_its_intensity_is_restarted_by_its_parent() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        root = await rt.supervise(reach.SupervisorSpec(
+            "root", intensity=Intensity(3, 60), children=[
+                reach.SupervisorSpec("inner", intensity=Intensity(0, 60), children=[
+                    reach.ChildSpec(Echo, "e-1", placement=packed())])]))
+        fake.crash((await rt.cluster.registry().lookup("e-1")).host)
+
+        async def escalated() -> Any:
+            status = await root.status()
+            return [r.child for r in status.restarts] == ["inner"] and status
+
+        status = await _eventually(escalated)
+        assert status.subtree["inner"].state is SupervisorState.RUNNING
+        reply = await rt.client.request("e-1", Ask(text="back"), timeout_ms=20_000)
+        assert reply.value.by == "e-1"
+
+    run(scenario)
+
+
+def test_a_session_request_is_resent_to_a_restarted_receiver_and_answered_once() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.ChildSpec(Echo, "e-1", placement=packed())]))
+        session = await rt.open_session(rt.client.sender, "e-1")
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        turn = asyncio.ensure_future(session.request(Ask(text="slow", sleep_s=3),
+                                                     timeout_ms=60_000))
+        await asyncio.sleep(1)
+        fake.crash(host)  # mid-request: the supervisor restarts it, the request is resent
+        reply = await turn
+        assert reply.value.text == "slow"
+        context = await session.context()
+        assert [m.kind for m in context.messages] == ["request", "reply"]
+
+    run(scenario)
+
+
+def test_signed_calls_on_the_fake_cluster_and_the_acl_refuses_a_caller(tmp_path: Any) -> None:
+    from reach.errors import AuthError
+    from reach.guard import SecurityConfig, resolve_keyring
+
+    keyring = resolve_keyring(tmp_path / "keyring.json", create=True)
+
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1")
+        await rt.spawn(Relay, "r-1")
+        assert (await rt.client.request("r-1", Ask(text="x"))).value.by == "e-1"
+        await rt.set_acl(reach.Acl((reach.Rule(callers=("r-*",), capabilities=("echo.*",),
+                                               allow=False),)))
+        await asyncio.sleep(3)  # hosts apply it by their next heartbeat
+        with pytest.raises(AuthError, match="access denied"):
+            await rt.client.request("r-1", Ask(text="x"))
+
+    run(scenario, security=SecurityConfig(sign=True, keyring=keyring))
