@@ -226,6 +226,8 @@ class Client:
                     # envelope left): resolving again and resending is safe. The agent may be
                     # between hosts for a moment (a restart the registry has not heard of yet):
                     # after the first resend, wait a little longer each time, up to the deadline.
+                    # Nobody waits for this try's reply any more: drop it before waiting.
+                    link.transport.forget(env.msg_id)
                     link.directory.drop(env.receiver)
                     delay = 0.0 if attempt == 0 else poll_delay(attempt - 1, link.rng)
                     left = env.remaining_ms(clock.now())

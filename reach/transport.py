@@ -175,17 +175,17 @@ class Transport:
             self._outboxes.pop(box.endpoint, None)
             unclaimed = [env for env in batch if env.msg_id not in self.pending]
             for env in batch:
-                self._fail(env.msg_id, error)
+                self._fail(env.msg_id, error, box.endpoint)
             if unclaimed and self._on_undelivered is not None:
                 self._on_undelivered(unclaimed, error)
             if isinstance(error, AgentUnavailable):
                 self.endpoint_died(box.endpoint, error)
             return
-        self._received(not_here, replies)
+        self._received(not_here, replies, box.endpoint)
 
-    def _received(self, not_here: list[str], replies: bytes | None) -> None:
+    def _received(self, not_here: list[str], replies: bytes | None, endpoint: str) -> None:
         for msg_id in not_here:
-            self._fail(msg_id, StaleRoute(msg_id))
+            self._fail(msg_id, StaleRoute(msg_id), endpoint)
         if replies is not None:
             self.accept_frame(replies)
 
@@ -206,13 +206,15 @@ class Transport:
         except ReachError as error:
             if env.msg_id not in self.pending and self._on_undelivered is not None:
                 self._on_undelivered([env], error)  # nobody waits for it: a dead letter
-            self._fail(env.msg_id, error)
+            self._fail(env.msg_id, error, box.endpoint)
             return
-        self._received(not_here, replies)
+        self._received(not_here, replies, box.endpoint)
 
-    def _fail(self, msg_id: str, error: BaseException) -> None:
+    def _fail(self, msg_id: str, error: BaseException, endpoint: str | None = None) -> None:
+        """Fails the request waiting for ``msg_id``; with ``endpoint``, only if it waits on
+        that endpoint (a resend of the same request to another host is not failed for it)."""
         pending = self.pending.get(msg_id)
-        if pending is None:
+        if pending is None or (endpoint is not None and pending.endpoint != endpoint):
             return
         if pending.chunks is None:
             del self.pending[msg_id]
@@ -256,11 +258,13 @@ class Transport:
         self._forget_endpoint(endpoint)
         # Replies the endpoint sent just before it went (through another path, such as a
         # driver's inbox) may still be on their way: give them a moment before failing. Only
-        # the requests waiting now are failed: a replacement of the same name is another host.
-        waiting = [m for m, p in self.pending.items() if p.endpoint == endpoint]
+        # the requests waiting now are failed: a replacement of the same name is another host,
+        # and a resend of the same request (same msg_id) is another pending request.
+        waiting = [(m, p) for m, p in self.pending.items() if p.endpoint == endpoint]
         await asyncio.sleep(WATCH_GRACE_S)
-        for msg_id in waiting:
-            self._fail(msg_id, error)
+        for msg_id, pending in waiting:
+            if self.pending.get(msg_id) is pending:
+                self._fail(msg_id, error)
 
     def _forget_endpoint(self, endpoint: str) -> None:
         self._outboxes.pop(endpoint, None)

@@ -201,7 +201,11 @@ class Fanner(reach.Agent):
     @reach.handler(Forward, returns=Text)
     async def fan(self, ctx: reach.Context, m: Forward) -> Text:
         slow = asyncio.ensure_future(ctx.request(m.to[0], Text(text="sleep30")))
-        await ctx.request(m.to[1], Text(text=m.text))
+        try:
+            await ctx.request(m.to[1], Text(text=m.text))
+        except reach.ReachError:
+            slow.cancel()  # failing: its own call goes with it (the callee runs on, untold)
+            raise
         await slow
         return Text(text="both done")
 
@@ -274,5 +278,8 @@ class Summariser(reach.Agent):
 
     @reach.handler("reach.summarise@1.0", returns="reach.summary@1.0")
     async def fold(self, ctx: reach.Context, m: dict[str, Any]) -> dict[str, Any]:
+        # Takes its time, as a model would: the summary travels back as a reply of its own to
+        # the store that asked, not within the call that delivered the request.
+        await asyncio.sleep(0.05)
         before = int(m["summary"].split()[0]) if m["summary"] else 0
         return {"summary": f"{before + len(m['messages'])} messages folded by {self.id}"}

@@ -188,16 +188,22 @@ async def test_init_again_finds_the_same_registry(rt: Any) -> None:
         await again.close()
 
 
+@pytest.mark.parametrize(("agent_id", "connect"), [
+    ("r-shared-1", "rt = reach.init(address={address!r})"),
+    ("r-shared-2", "ray.init(address={address!r}); rt = reach.init()"),
+], ids=["reach_joins", "after_the_drivers_own_ray_init"])
 async def test_a_second_driver_process_finds_the_same_registry_and_agents(
-    rt: Any, cluster: Any
+    rt: Any, cluster: Any, agent_id: str, connect: str
 ) -> None:
-    await rt.spawn(Echo, "r-shared", placement=reach.Packed(pool="routing"))
+    # A driver that connected to Ray itself first (in Ray's default namespace, not reach's)
+    # gets the same runtime as one that lets reach.init join.
+    await rt.spawn(Echo, agent_id, placement=reach.Packed(pool="routing"))
     script = (
-        "import asyncio, reach\n"
+        "import asyncio, ray, reach\n"
         "from support_agents import Text\n"
         "async def main():\n"
-        f"    rt = reach.init(address={cluster.address!r})\n"
-        "    reply = await rt.client.request('r-shared', Text(text='from afar'), returns=Text)\n"
+        f"    {connect.format(address=cluster.address)}\n"
+        f"    reply = await rt.client.request({agent_id!r}, Text(text='from afar'), returns=Text)\n"
         "    print(reply.value.text)\n"
         "    await rt.close()\n"
         "asyncio.run(main())\n"
@@ -207,4 +213,4 @@ async def test_a_second_driver_process_finds_the_same_registry_and_agents(
         stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode("utf-8", "replace")[-2000:]
-    assert out.decode("utf-8").strip().splitlines()[-1] == "r-shared:from afar"
+    assert out.decode("utf-8").strip().splitlines()[-1] == f"{agent_id}:from afar"

@@ -200,10 +200,17 @@ async def test_an_agent_can_be_the_summariser(rt: Any, tmp_path: Path) -> None:
 
     await rt.spawn(Summariser, "ss-summariser", placement=reach.Packed(pool="sessions"))
     name = "reach.sessions.summarised"  # a second store, beside the deployment's own
-    ray.remote(SessionStore).options(name=name, namespace="reach").remote(
+    handle = ray.remote(SessionStore).options(name=name, namespace="reach").remote(
         rt.cluster, str(tmp_path / "summarised.db"), name=name, compact_after=6, keep_last=2,
         summariser="ss-summariser")
-    store = rt.cluster.endpoint(name)
+
+    async def started() -> Any:
+        try:
+            return rt.cluster.endpoint(name)
+        except reach.AgentUnavailable:  # its name is not registered yet
+            return None
+
+    store = await wait_until(started)
     try:
         await store.open_session("ss-sum", "me", "you", {}, {})
         for i in range(9):
@@ -218,7 +225,8 @@ async def test_an_agent_can_be_the_summariser(rt: Any, tmp_path: Path) -> None:
         assert context.summary == f"{context.folded_upto} messages folded by ss-summariser"
         assert [m.payload["text"] for m in context.messages][-1] == "line 8"
     finally:
-        rt.cluster.kill(store)
+        ray.kill(handle)
+        rt.cluster.forget(name)
 
 
 async def test_a_payload_the_store_cannot_encode_is_refused_not_hung(rt: Any) -> None:
