@@ -541,7 +541,8 @@ def test_rest_for_one_restarts_the_failed_child_and_those_started_after_it() -> 
         status = await _eventually(restarted)
         assert [r.child for r in status.restarts] == ["b", "c"]
         after = {r.agent_id: r.epoch for r in await rt.agents()}
-        assert after["a"] == epochs["a"] and after["b"] > epochs["b"]
+        assert after["a"] == epochs["a"]
+        assert after["b"] > epochs["b"]
 
     run(scenario)
 
@@ -604,3 +605,30 @@ def test_signed_calls_on_the_fake_cluster_and_the_acl_refuses_a_caller(tmp_path:
             await rt.client.request("r-1", Ask(text="x"))
 
     run(scenario, security=SecurityConfig(sign=True, keyring=keyring))
+
+
+def test_a_dead_hosts_watch_does_not_fail_the_retry_of_the_same_request_elsewhere() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a"), reach.ChildSpec(Echo, "b")))
+        first = await sup.submit("echo.say", Ask(text="x", sleep_s=2), by_capability=True,
+                                 retry_limit=3)
+        await asyncio.sleep(0.5)
+        victim = _running_on(fake)
+        fake.crash((await rt.cluster.registry().lookup(victim)).host)
+        # Another request to the dead host fails at once and fails the first task's attempt
+        # too; the task retries (same request ID) on the other agent well before the dead
+        # host's watch, which noted that request ID, gives up on it.
+        await sup.submit(victim, Ask(text="y"), retry_limit=0)
+        done = await first.result()
+        assert done.state is TaskState.COMPLETED
+        assert len(done.attempts) == 2
+        assert done.attempts[1].agent_id != victim
+
+    run(scenario)
+
+
+def _running_on(fake: FakeCluster) -> str:
+    """The agent supervisor ``s``'s only task runs on now."""
+    (task,) = fake.process("reach.sup.s").tasks.tasks.values()
+    return str(task.assigned)
