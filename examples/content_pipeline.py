@@ -209,20 +209,18 @@ def describe(message: reach.SessionMessage) -> str:
     return f"  #{message.seq:<2} {message.kind:<7} {message.sender:<22} {what}"
 
 
-async def run_stages(rt: reach.Runtime, session: reach.Session, topic: str) -> list[Work]:
+async def run_stages(session: reach.Session, topic: str) -> list[Work]:
     """Asks each stage in turn within the session and prints its output; returns the outputs.
 
     The session was opened with the first stage; the driver, a third party, turns to each
-    stage in turn through a handle on the same session with that stage as its peer.
+    stage in turn within it (``to=``).
 
     Raises:
         ReachError: a stage failed (its own error, typed).
     """
     results = []
     for stage, agent_id in STAGES:
-        with_stage = reach.Session(session.session_id, session.terms, session.initiator,
-                                   agent_id, rt.client)
-        reply = await with_stage.request(Step(topic=topic), returns=Work)
+        reply = await session.request(Step(topic=topic), returns=Work, to=agent_id)
         show(stage, reply.value)
         results.append(reply.value)
     return results
@@ -256,7 +254,7 @@ async def run_pipeline(rt: reach.Runtime, topic: str, crash_writer: bool) -> int
                                         reach.Terms(timeout_ms=120_000))
         print(f"session {session.session_id} opened with terms {session.terms}")
         try:
-            results = await run_stages(rt, session, topic)
+            results = await run_stages(session, topic)
         except reach.ReachError as exc:
             hint = f" ({exc.suggestion})" if exc.suggestion else ""
             print(f"\npipeline FAILED: {type(exc).__name__}: {exc}{hint}")

@@ -95,9 +95,10 @@ class Session:
         return await self._client._link.store.port.since(self.session_id, seq, limit)
 
     async def request(self, payload: Payload, schema: str | None = None, *,
-                      returns: type[BaseModel] | None = None,
-                      timeout_ms: int | None = None) -> Reply[Any]:
-        """One turn: sends a request to :attr:`peer` within the session and records both sides.
+                      returns: type[BaseModel] | None = None, timeout_ms: int | None = None,
+                      to: str | None = None) -> Reply[Any]:
+        """One turn: sends a request to :attr:`peer` (or to ``to``, for a session a driver
+        carries through several agents) within the session and records both sides.
 
         The timeout is the session's negotiated one unless given. If the receiver dies
         mid-request, the same request is sent again once it is back (its handler runs at most
@@ -109,7 +110,7 @@ class Session:
                 answer came in time (the pending record then ends ``cancelled``).
         """
         client = self._client
-        env = client._request_envelope(self.peer, payload, schema,
+        env = client._request_envelope(to or self.peer, payload, schema,
                                        timeout_ms=timeout_ms or self.terms.timeout_ms,
                                        session_id=self.session_id)
         store = client._link.store
