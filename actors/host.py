@@ -14,10 +14,14 @@ from typing import Any
 
 from actors._mem import rss_bytes
 from policies.acl import Acl
+from reach._runtime.directory import Directory
+from reach._runtime.metrics import messages, metrics
+from reach._runtime.names import is_endpoint
+from reach._runtime.runner import AgentRunner, ReplySink
+from reach._runtime.transport import Transport
 from reach.agent import Agent
 from reach.client import Link
 from reach.cluster import CallLimits, Cluster
-from reach.directory import Directory
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
@@ -27,14 +31,10 @@ from reach.errors import (
     ReachError,
     TaskCancelled,
 )
-from reach.guard import Guard, acl_from_doc, signed_call
-from reach.metrics import messages, metrics
-from reach.names import is_endpoint
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.records import AgentExit, AgentRecord
-from reach.runner import AgentRunner, ReplySink
-from reach.trail import AuditTrail
-from reach.transport import Transport
+from reach.security.guard import Guard, acl_from_doc, signed_call
+from reach.security.trail import AuditTrail
 
 log = logging.getLogger("reach.host")
 

@@ -19,13 +19,13 @@ from actors._mem import rss_bytes
 from policies.discovery import Candidate, close_matches, find_holders, match_kind
 from policies.routing import heartbeat_expired, next_epoch
 from reach import clock
+from reach._runtime.metrics import metrics
+from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, SUPERVISOR_PREFIX
 from reach.cluster import Cluster
 from reach.errors import AgentAlreadyExists, AuthError
-from reach.guard import acl_from_doc, open_call
-from reach.metrics import metrics
-from reach.names import DRIVER_PREFIX, REGISTRY_NAME, SUPERVISOR_PREFIX
 from reach.records import AgentRecord, AgentStatus, DeadLetter
-from reach.trail import AuditTrail
+from reach.security.guard import acl_from_doc, open_call
+from reach.security.trail import AuditTrail
 
 ONLINE, OFFLINE = AgentStatus.ONLINE, AgentStatus.OFFLINE
 RECOVERING, RESTARTING = AgentStatus.RECOVERING, AgentStatus.RESTARTING
@@ -86,7 +86,7 @@ class Registry:
         """Registers agents (forcing them online) and returns their epochs.
 
         ``data`` is the msgpack of ``[entries, exclusive]`` signed by ``host`` (see
-        :func:`reach.guard.signed_call`); a host registers only agents on itself. With
+        :func:`reach.security.guard.signed_call`); a host registers only agents on itself. With
         ``exclusive``, an ID live on another host is refused and nothing is registered.
 
         Raises:

@@ -23,13 +23,13 @@ from policies.audit import canonical, chain_hash
 from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
 from policies.sessions import negotiate as negotiate_terms
 from reach import clock
+from reach._runtime.directory import Directory
+from reach._runtime.names import STORE_NAME
+from reach._runtime.transport import Transport
 from reach.client import Client, Link
 from reach.cluster import Cluster
-from reach.directory import Directory
 from reach.errors import ProtocolError, ReachError, SessionNotFound
-from reach.names import STORE_NAME
 from reach.records import SessionContext, SessionMessage, SessionResume
-from reach.transport import Transport
 
 log = logging.getLogger("reach.sessions")
 

@@ -7,7 +7,7 @@ one restart counted against the intensity. A child supervisor runs on its parent
 that a whole tree shares the fate of its root's node while its agents go where their placements
 say. Past the intensity, the supervisor stops its children in reverse order and gives up; its
 parent sees that as this child failing, and the root's driver sees a RestartLimitExceeded.
-Supervisors also own tasks (see :mod:`reach.tasks`).
+Supervisors also own tasks (see :mod:`reach._runtime.tasks`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ from typing import Any
 
 from policies.supervision import ChildExit, RestartPlan, plan_restart
 from reach import clock
+from reach._runtime.directory import Directory
+from reach._runtime.metrics import metrics
+from reach._runtime.names import POOL_PREFIX, is_dedicated, supervisor_name
+from reach._runtime.spawner import Spawner
+from reach._runtime.tasks import TaskRunner, TaskSpec
+from reach._runtime.transport import Transport
 from reach.client import Link
 from reach.cluster import CallLimits, Cluster, SupervisorPort
-from reach.directory import Directory
 from reach.errors import ReachError, RestartLimitExceeded
-from reach.guard import signed_call
-from reach.metrics import metrics
-from reach.names import POOL_PREFIX, is_dedicated, supervisor_name
 from reach.records import (
     AgentStatus,
     ChildKind,
@@ -36,11 +38,9 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
-from reach.spawner import Spawner
+from reach.security.guard import signed_call
+from reach.security.trail import AuditTrail
 from reach.supervision import ChildSpec, SupervisorSpec
-from reach.tasks import TaskRunner, TaskSpec
-from reach.trail import AuditTrail
-from reach.transport import Transport
 
 log = logging.getLogger("reach.supervisor")
 

@@ -24,7 +24,7 @@ import ray
 from ray.util.state import list_actors
 
 import reach
-from reach.names import STORE_NAME
+from reach._runtime.names import STORE_NAME
 
 RESOURCE = "reach_state"
 DASHBOARD = "http://127.0.0.1:8265"

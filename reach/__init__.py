@@ -64,8 +64,8 @@ if _TYPE_CHECKING:
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
     from reach.client import Client, Reply
     from reach.context import Context
-    from reach.guard import SecurityConfig
     from reach.runtime import Runtime, init
+    from reach.security.guard import SecurityConfig
     from reach.sessions import Session
     from reach.supervision import ChildSpec, SupervisorRef, SupervisorSpec, TaskHandle
 
@@ -86,7 +86,7 @@ _LAZY = {
     "TaskState": "policies.tasks",
     "Session": "reach.sessions", "Limits": "policies.sessions",
     "PendingAction": "policies.sessions", "Terms": "policies.sessions",
-    "SecurityConfig": "reach.guard", "Acl": "policies.acl", "Rule": "policies.acl",
+    "SecurityConfig": "reach.security.guard", "Acl": "policies.acl", "Rule": "policies.acl",
 }
 
 

@@ -20,6 +20,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from reach._runtime.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
 from reach.cluster import (
     CallLimits,
     Endpoint,
@@ -39,8 +40,7 @@ from reach.errors import (
     ReachError,
     SessionNotFound,
 )
-from reach.guard import Guard, SecurityConfig, guard_for
-from reach.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
+from reach.security.guard import Guard, SecurityConfig, guard_for
 
 log = logging.getLogger("reach.ray")
 
@@ -216,7 +216,7 @@ class RayCluster:
     def start_supervisor(self, spec: Any, parent: str | None, limits: CallLimits,
                          node_id: str) -> SupervisorPort:
         """See :meth:`reach.cluster.Cluster.start_supervisor`."""
-        from reach.names import supervisor_name
+        from reach._runtime.names import supervisor_name
 
         name = supervisor_name(spec.name)
         # Hard affinity: Ray ignores soft affinity for an actor that asks for no CPU.

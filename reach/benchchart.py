@@ -1,9 +1,10 @@
 """The benchmark chart: throughput and latency by contestant, drawn from ``bench/results/*.json``.
 
-Four panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
-contestants (raw Ray first, then each reach placement), the codec's cost per envelope beside
-pickle, and the session store's append rate by commit strategy. A panel whose results file is
-missing says so instead of failing, so a partial run still gives a chart.
+Six panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
+contestants (raw Ray first, then each reach placement), the same for the I/O-bound scenario's
+(with each one's share of the ideal throughput), the codec's cost per envelope beside pickle,
+and the session store's append rate by commit strategy. A panel whose results file is missing
+says so instead of failing, so a partial run still gives a chart.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 #: The results files the chart reads, by benchmark name.
-FILES = ("seed_scenario", "codec", "sessions")
+FILES = ("seed_scenario", "io_bound", "codec", "sessions")
 RAW_COLOUR = "#8c8c8c"
 REACH_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#bcbd22")
+#: Words of a contestant's key said otherwise in its label (``packed_id``: reach packed by ID).
+LABEL_WORDS = {"id": "by ID", "capability": "by capability"}
 
 
 def load(folder: Path) -> tuple[dict[str, Any], list[str]]:
@@ -43,17 +46,22 @@ def load(folder: Path) -> tuple[dict[str, Any], list[str]]:
     return results, problems
 
 
-def contestants(seed: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The seed scenario's contestants as (label, figures): raw Ray first, then reach's.
+def contestants(figures: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A scenario's contestants (the seed's, the I/O-bound one's) as (label, figures): raw Ray
+    first, then reach's.
 
     A contestant is any entry with ``msgs_per_s``, ``p50_ms`` and ``p95_ms``; the others keep
     the order of the file.
     """
-    found = [(key, value) for key, value in seed.items()
+    found = [(key, value) for key, value in figures.items()
              if isinstance(value, Mapping) and {"msgs_per_s", "p50_ms", "p95_ms"} <= value.keys()]
     found.sort(key=lambda kv: kv[0] != "raw")  # stable: raw first, the rest as written
-    return [("raw Ray" if key == "raw" else "reach " + key.replace("_", " "), value)
-            for key, value in found]
+    return [("raw Ray" if key == "raw" else _label(key), value) for key, value in found]
+
+
+def _label(key: str) -> str:
+    """``packed_signed`` -> ``reach packed signed``; ``packed_id`` -> ``reach packed by ID``."""
+    return " ".join(["reach", *(LABEL_WORDS.get(word, word) for word in key.split("_"))])
 
 
 def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmarks") -> Path:
@@ -62,15 +70,19 @@ def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmark
     Returns:
         ``out``, written (its folder is created if need be).
     """
-    fig = Figure(figsize=(13, 9), dpi=100, layout="constrained")
+    fig = Figure(figsize=(13, 13), dpi=100, layout="constrained")
     fig.suptitle(title, fontsize=15)
-    rows = fig.subfigures(2, 1, squeeze=False)  # laid out apart: long labels below widen nothing
-    top, bottom = rows[0, 0], rows[1, 0]
-    through, latency = top.subplots(1, 2)
-    codec, sessions = bottom.subplots(1, 2)
+    rows = fig.subfigures(3, 1, squeeze=False)  # laid out apart: long labels below widen nothing
+    through, latency = rows[0, 0].subplots(1, 2)
+    io_through, io_latency = rows[1, 0].subplots(1, 2)
+    codec, sessions = rows[2, 0].subplots(1, 2)
     seed = contestants(results.get("seed_scenario", {}))
-    _throughput(through, seed)
-    _latency(latency, seed)
+    _throughput(through, seed, "Seed scenario", "bench/seed_scenario.py")
+    _latency(latency, seed, "Seed scenario", "bench/seed_scenario.py")
+    io_bound = results.get("io_bound", {})
+    io = contestants(io_bound)
+    _throughput(io_through, io, _io_title(io_bound), "bench/io_bound.py")
+    _latency(io_latency, io, "I/O-bound handlers", "bench/io_bound.py")
     _codec(codec, results.get("codec", {}))
     _sessions(sessions, results.get("sessions", {}))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -105,32 +117,51 @@ def _missing(ax: Axes, title: str, what: str) -> None:
     ax.set_yticks([])
 
 
-def _throughput(ax: Axes, seed: list[tuple[str, Mapping[str, Any]]]) -> None:
-    title = "Seed scenario: throughput"
-    if not seed:
-        _missing(ax, title, "bench/seed_scenario.py")
+def _io_title(io_bound: Mapping[str, Any]) -> str:
+    """``I/O-bound handlers (0.5 s each, 2,000 in flight)`` as far as the file says."""
+    call_s, inflight = io_bound.get("call_s"), io_bound.get("inflight")
+    if call_s is None or inflight is None:
+        return "I/O-bound handlers"
+    return f"I/O-bound handlers ({float(call_s):g} s each, {int(inflight):,} in flight)"
+
+
+def _throughput(ax: Axes, found: list[tuple[str, Mapping[str, Any]]], scenario: str,
+                script: str) -> None:
+    title = f"{scenario}: throughput"
+    if not found:
+        _missing(ax, title, script)
         return
-    labels = [label for label, _ in seed]
+    labels = [label for label, _ in found]
     xs = range(len(labels))
-    bars = ax.bar(xs, [float(f["msgs_per_s"]) for _, f in seed], color=_colours(labels))
-    ax.bar_label(bars, fmt="{:,.0f}", padding=2)
+    rates = [float(f["msgs_per_s"]) for _, f in found]
+    bars = ax.bar(xs, rates, color=_colours(labels))
+    shares = [f.get("efficiency") for _, f in found]
+    ax.bar_label(bars, padding=2, labels=[
+        f"{rate:,.0f}" + (f"\n{float(share):.0%} of ideal" if share is not None else "")
+        for rate, share in zip(rates, shares, strict=True)], fontsize=8)
+    ideal = found[0][1].get("ideal_msgs_per_s")
+    if ideal is not None:
+        ax.axhline(float(ideal), color="#666666", linestyle="--", linewidth=1,
+                   label=f"ideal: {float(ideal):,.0f} msg/s")
+        ax.legend(loc="upper left", fontsize=8)
     ax.set_xticks(list(xs), [_tick(label) for label in labels])
-    messages = seed[0][1].get("messages")
-    ax.set_title(title + (f" ({int(messages):,} messages each)" if messages else ""))
+    messages = found[0][1].get("messages")
+    ax.set_title(title + (f"\n{int(messages):,} messages each" if messages else ""))
     ax.set_ylabel("messages per second (higher is better)")
-    ax.margins(y=0.12)
+    ax.margins(y=0.18)
 
 
-def _latency(ax: Axes, seed: list[tuple[str, Mapping[str, Any]]]) -> None:
-    title = "Seed scenario: latency per request"
-    if not seed:
-        _missing(ax, title, "bench/seed_scenario.py")
+def _latency(ax: Axes, found: list[tuple[str, Mapping[str, Any]]], scenario: str,
+             script: str) -> None:
+    title = f"{scenario}: latency per request"
+    if not found:
+        _missing(ax, title, script)
         return
-    labels = [label for label, _ in seed]
+    labels = [label for label, _ in found]
     xs = range(len(labels))
     width = 0.38
     for offset, key, colour in ((-width / 2, "p50", "#4c72b0"), (width / 2, "p95", "#dd8452")):
-        bars = ax.bar([x + offset for x in xs], [float(f[f"{key}_ms"]) for _, f in seed],
+        bars = ax.bar([x + offset for x in xs], [float(f[f"{key}_ms"]) for _, f in found],
                       width, label=key, color=colour)
         ax.bar_label(bars, fmt="{:,.1f}", padding=2, fontsize=8)
     ax.set_xticks(list(xs), [_tick(label) for label in labels])

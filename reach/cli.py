@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from reach.names import DEFAULT_SESSIONS
+from reach._runtime.names import DEFAULT_SESSIONS
 
 if TYPE_CHECKING:
     from reach.runtime import Runtime
@@ -211,8 +211,8 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _keyring(args: argparse.Namespace) -> int:
     from reach.errors import AuthError
-    from reach.guard import resolve_keyring
-    from reach.security import Keyring
+    from reach.security.guard import resolve_keyring
+    from reach.security.keys import Keyring
 
     try:
         path = resolve_keyring(args.path, create=True)

@@ -3,8 +3,8 @@
 A :class:`Client` is how a driver talks to agents; a :class:`~reach.context.Context` is the same
 thing inside a handler, where requests inherit the trace, extend the hop chain and never outlive
 the request being handled. Routing is location-transparent: an agent ID is resolved to its host
-through the :class:`~reach.directory.Directory`'s cache and the envelope goes straight to that
-host. Every reply arrives as a :class:`Reply`: the typed model the handler returned (known from
+through the directory's cache (:mod:`reach._runtime.directory`) and the envelope goes straight to
+that host. Every reply arrives as a :class:`Reply`: the typed model the handler returned (known from
 the schema registry), with the envelope at hand for its headers.
 """
 
@@ -24,8 +24,11 @@ from policies.backoff import poll_delay
 from policies.discovery import Candidate, pick_least_loaded
 from policies.routing import DEFAULT_MAX_HOPS, check_hops, child_timeout_ms
 from reach import clock
+from reach._runtime.directory import NOTIFY_HOLD_S, PICK_FROM, Directory
+from reach._runtime.metrics import metrics
+from reach._runtime.store import StoreClient
+from reach._runtime.transport import STREAM_END_SCHEMA, StaleRoute, Transport
 from reach.cluster import CallLimits, Cluster
-from reach.directory import NOTIFY_HOLD_S, PICK_FROM, Directory
 from reach.errors import (
     AgentUnavailable,
     InvalidPayload,
@@ -35,12 +38,9 @@ from reach.errors import (
     SchemaIncompatible,
     UnknownSchema,
 )
-from reach.metrics import metrics
 from reach.protocol import Envelope, MsgType
 from reach.records import AgentRecord
 from reach.schemas import SchemaRef, schema_registry
-from reach.store import StoreClient
-from reach.transport import STREAM_END_SCHEMA, StaleRoute, Transport
 
 M = TypeVar("M", bound=BaseModel)
 V = TypeVar("V")

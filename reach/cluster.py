@@ -42,10 +42,10 @@ from reach.records import (
 )
 
 if TYPE_CHECKING:
+    from reach._runtime.tasks import TaskSpec
     from reach.agent import Agent
-    from reach.guard import Guard, SecurityConfig
+    from reach.security.guard import Guard, SecurityConfig
     from reach.supervision import SupervisorSpec
-    from reach.tasks import TaskSpec
 
 #: What ``deliver`` returns: the IDs of requests for agents not there (re-route them), and a
 #: frame of the replies that were ready at once (or None).
@@ -112,7 +112,7 @@ class RegistryPort(Protocol):
     """The registry: who is where, with which capabilities, and whether they are alive.
 
     Calls that change it are signed by their caller (``principal``, ``data``, ``sig``: see
-    :func:`reach.guard.signed_call`).
+    :func:`reach.security.guard.signed_call`).
     """
 
     def lookup(self, agent_id: str) -> Awaitable[AgentRecord | None]:

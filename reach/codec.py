@@ -4,12 +4,12 @@ A frame is a msgpack array ``[WIRE_VERSION, kind, body]``: ``kind`` is 0 for one
 is its field array) and 1 for a batch (``body`` is an array of field arrays). An envelope's fields
 travel as an array in :data:`FIELDS` order, which is both smaller and faster than a map.
 
-With a :class:`~reach.guard.Guard` (signing on), frames are *sealed*: ``kind`` is 2 and the body
-is an array of ``[sealed, timestamp, nonce, mac]``, where ``sealed`` is the msgpack of the field
-array followed by the payload's key ID (nil when the payload is in clear), and the MAC is
-HMAC-SHA256 by the envelope's sender over timestamp, nonce and ``sealed``. An encrypted payload
-travels as ``[nonce, ciphertext]``, AES-GCM with the header fields (sender, receiver, type,
-msg_id, schema, timestamp, key ID) as associated data. Decoding verifies each envelope before it
+With a guard (:class:`~reach.security.guard.Guard`, signing on), frames are *sealed*: ``kind``
+is 2 and the body is an array of ``[sealed, timestamp, nonce, mac]``, where ``sealed`` is the
+msgpack of the field array followed by the payload's key ID (nil when the payload is in clear),
+and the MAC is HMAC-SHA256 by the envelope's sender over timestamp, nonce and ``sealed``. An
+encrypted payload travels as ``[nonce, ciphertext]``, AES-GCM with the header fields (sender,
+receiver, type, msg_id, schema, timestamp, key ID) as associated data. Decoding verifies each envelope before it
 is read and decrypts its payload, so business code never sees ciphertext; a refused envelope is a
 :class:`Refused` entry with an :class:`~reach.errors.AuthError`, the rest of the batch unharmed.
 
@@ -29,10 +29,10 @@ import msgpack
 
 from reach.errors import AuthError, CodecError, ProtocolError, ReachError
 from reach.protocol import Envelope
-from reach.security import Signature, header_aad
+from reach.security.keys import Signature, header_aad
 
 if TYPE_CHECKING:
-    from reach.guard import Guard
+    from reach.security.guard import Guard
 
 WIRE_VERSION = 1
 _ONE, _BATCH, _SEALED = 0, 1, 2

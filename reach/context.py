@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from reach import clock
+from reach._runtime.names import supervisor_name
 from reach.client import Client, Link
-from reach.names import supervisor_name
 from reach.protocol import Envelope
 from reach.sessions import Session, find_session
 from reach.supervision import SupervisorRef

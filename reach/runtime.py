@@ -17,27 +17,9 @@ from typing import Any
 
 from policies.acl import Acl
 from policies.sessions import Terms
-from reach.agent import Agent, Dedicated, Placement
-from reach.client import Client, Link
-from reach.cluster import CallLimits, Cluster, InboxPort
-from reach.directory import Directory
-from reach.errors import (
-    AgentNotFound,
-    AgentUnavailable,
-    AuthError,
-    ConfigError,
-    ReachError,
-)
-from reach.guard import (
-    ENCRYPTED_SESSION_PREFIX,
-    SecurityConfig,
-    acl_to_doc,
-    load_acl,
-    resolve_keyring,
-    signed_call,
-)
-from reach.metrics import metrics
-from reach.names import (
+from reach._runtime.directory import Directory
+from reach._runtime.metrics import metrics
+from reach._runtime.names import (
     DEFAULT_SESSIONS,
     DRIVER_PREFIX,
     INBOX_PREFIX,
@@ -45,12 +27,30 @@ from reach.names import (
     is_dedicated,
     supervisor_name,
 )
+from reach._runtime.spawner import Spawner
+from reach._runtime.transport import Transport
+from reach.agent import Agent, Dedicated, Placement
+from reach.client import Client, Link
+from reach.cluster import CallLimits, Cluster, InboxPort
+from reach.errors import (
+    AgentNotFound,
+    AgentUnavailable,
+    AuthError,
+    ConfigError,
+    ReachError,
+)
 from reach.protocol import new_id
 from reach.records import AgentRecord, DeadLetter
+from reach.security.guard import (
+    ENCRYPTED_SESSION_PREFIX,
+    SecurityConfig,
+    acl_to_doc,
+    load_acl,
+    resolve_keyring,
+    signed_call,
+)
 from reach.sessions import Session, find_session, open_session
-from reach.spawner import Spawner
 from reach.supervision import SupervisorRef, SupervisorSpec
-from reach.transport import Transport
 
 log = logging.getLogger("reach.runtime")
 

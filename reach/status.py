@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from reach._runtime.names import SUPERVISOR_PREFIX, supervisor_name
 from reach.errors import AgentUnavailable, ConfigError, ReachError
-from reach.names import SUPERVISOR_PREFIX, supervisor_name
 from reach.records import (
     AgentRecord,
     AgentStatus,
@@ -196,7 +196,7 @@ def find_cluster() -> RayCluster:
         ConfigError: reach has never run on this cluster (it has no registry).
     """
     from reach import _ray
-    from reach.guard import SecurityConfig
+    from reach.security.guard import SecurityConfig
 
     cluster = _ray.RayCluster(SecurityConfig(sign=False))
     try:

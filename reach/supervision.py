@@ -22,12 +22,12 @@ from pydantic import BaseModel
 from policies.backoff import Backoff
 from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
+from reach._runtime.tasks import TaskSpec
 from reach.agent import Agent, Dedicated, Placement
 from reach.cluster import Cluster, SupervisorPort
 from reach.errors import ErrorInfo, error_from_info
 from reach.records import SupervisorStatus, TaskResult
 from reach.schemas import schema_registry
-from reach.tasks import TaskSpec
 
 
 @dataclass(frozen=True)

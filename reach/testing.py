@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from reach import clock
+from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
 from reach.cluster import (
     CallLimits,
     Endpoint,
@@ -52,8 +53,7 @@ from reach.cluster import (
     SupervisorPort,
 )
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
-from reach.guard import Guard, SecurityConfig, guard_for
-from reach.names import REGISTRY_NAME, STORE_NAME, supervisor_name
+from reach.security.guard import Guard, SecurityConfig, guard_for
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ import ray
 from pydantic import BaseModel
 
 import reach
-from reach.metrics import metrics
+from reach._runtime.metrics import metrics
 
 
 @reach.schema("metrics.ping@1.0")

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 import reach
 from reach import ChildSpec, Intensity, RestartType, SupervisorSpec
-from reach.names import NAMESPACE
+from reach._runtime.names import NAMESPACE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

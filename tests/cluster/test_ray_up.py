@@ -55,7 +55,7 @@ class Head:
 
 def new_keyring(path: Path) -> None:
     """Makes a reach keyring at ``path`` (as the operator does before `ray up`)."""
-    from reach.guard import resolve_keyring
+    from reach.security.guard import resolve_keyring
 
     resolve_keyring(path, create=True)
 

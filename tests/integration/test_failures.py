@@ -181,7 +181,7 @@ async def test_an_agent_unknown_to_a_restarted_registry_is_awaited_while_marked_
     # What a supervisor does when its registry lost the agent (it died with the same node):
     # marks it restarting. Callers then wait for it (a retryable error at their deadline), not
     # a fatal AgentNotFound; marked offline, it is reported offline.
-    from reach.guard import signed_call
+    from reach.security.guard import signed_call
 
     registry = rt.cluster.registry()
     data, sig = signed_call(rt.transport.codec.guard, rt.client.sender,

@@ -19,8 +19,8 @@ from support_agents import Echo, Forward, Forwarder, Info, Talker, Text
 import reach
 from reach import Acl, AuthError, Rule, Severity
 from reach.client import Client
-from reach.guard import Guard, SecurityConfig, signed_call
-from reach.security import Keyring
+from reach.security.guard import Guard, SecurityConfig, signed_call
+from reach.security.keys import Keyring
 
 pytestmark = pytest.mark.integration
 

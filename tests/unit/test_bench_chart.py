@@ -29,6 +29,21 @@ SEED = {
     "packed_signed": figures(7000, 12, 20),
     "packed_encrypted": figures(5000, 15, 25),
 }
+
+
+def io_figures(msgs: float, p50: float, p95: float, **extra: Any) -> dict[str, Any]:
+    return {**figures(msgs, p50, p95), "ideal_msgs_per_s": 4000.0, "efficiency": msgs / 4000,
+            **extra}
+
+
+IO_BOUND = {
+    "agents": 20, "call_s": 0.5, "inflight": 2000,
+    "raw": io_figures(1400, 1300, 1900),
+    "packed_id": io_figures(3300, 560, 700, registry_calls=0),
+    "packed_capability": io_figures(3100, 580, 760, registry_calls=3),
+    "dedicated_id": io_figures(2400, 700, 1100, registry_calls=0),
+    "dedicated_capability": io_figures(2300, 720, 1200, registry_calls=4),
+}
 CODEC = {"unit": "microseconds per envelope", "cases": {
     "single": {"reach_us": 12.3, "reach_schema_us": 18.1, "pickle_us": 3.4},
     "batch 100": {"reach_us": 10.2, "reach_schema_us": 15.5, "pickle_us": 1.5},
@@ -51,7 +66,7 @@ def write(folder: Path, **results: Any) -> Path:
 def assert_png(path: Path) -> np.ndarray:
     assert path.read_bytes()[:8] == PNG_SIGNATURE
     image = imread(path)
-    assert image.shape == (900, 1300, 4)
+    assert image.shape == (1300, 1300, 4)
     assert float(image[..., :3].std()) > 0.05, "the chart is not blank"
     return image
 
@@ -64,11 +79,18 @@ def test_contestants_put_raw_ray_first_and_keep_the_others_in_file_order() -> No
     assert found[0][1]["msgs_per_s"] == 1077
 
 
+def test_io_bound_contestants_are_labelled_by_placement_and_by_how_they_are_addressed() -> None:
+    found = benchchart.contestants(IO_BOUND)
+    assert [label for label, _ in found] == [
+        "raw Ray", "reach packed by ID", "reach packed by capability", "reach dedicated by ID",
+        "reach dedicated by capability"]
+
+
 def test_a_chart_is_drawn_from_a_sample_of_each_results_file(tmp_path: Path) -> None:
     results, problems = benchchart.load(write(tmp_path / "results", seed_scenario=SEED,
-                                              codec=CODEC, sessions=SESSIONS))
+                                              io_bound=IO_BOUND, codec=CODEC, sessions=SESSIONS))
     assert problems == []
-    assert set(results) == {"seed_scenario", "codec", "sessions"}
+    assert set(results) == {"seed_scenario", "io_bound", "codec", "sessions"}
     out = benchchart.draw(results, tmp_path / "charts" / "chart.png", title="sample")
     assert out == tmp_path / "charts" / "chart.png"
     assert_png(out)
@@ -84,7 +106,8 @@ def test_missing_results_leave_their_panels_empty_and_unreadable_ones_are_named(
     assert len(problems) == 1
     assert problems[0].startswith(str(folder / "sessions.json"))
     full = assert_png(benchchart.draw({"codec": CODEC, "seed_scenario": SEED,
-                                       "sessions": SESSIONS}, tmp_path / "full.png"))
+                                       "io_bound": IO_BOUND, "sessions": SESSIONS},
+                                      tmp_path / "full.png"))
     partial = assert_png(benchchart.draw(results, tmp_path / "partial.png"))
     assert not np.array_equal(full, partial)
 

@@ -13,6 +13,7 @@ import reach
 from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskState
 from reach import clock
+from reach._runtime.names import POOL_PREFIX, REGISTRY_NAME
 from reach.errors import (
     AgentNotFound,
     AgentUnavailable,
@@ -22,7 +23,6 @@ from reach.errors import (
     RestartLimitExceeded,
     Severity,
 )
-from reach.names import POOL_PREFIX, REGISTRY_NAME
 from reach.records import AgentStatus, RestartPlacement, SupervisorState
 from reach.testing import FakeCluster, run
 
@@ -589,7 +589,7 @@ def test_a_session_request_is_resent_to_a_restarted_receiver_and_answered_once()
 
 def test_signed_calls_on_the_fake_cluster_and_the_acl_refuses_a_caller(tmp_path: Any) -> None:
     from reach.errors import AuthError
-    from reach.guard import SecurityConfig, resolve_keyring
+    from reach.security.guard import SecurityConfig, resolve_keyring
 
     keyring = resolve_keyring(tmp_path / "keyring.json", create=True)
 

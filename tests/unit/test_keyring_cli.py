@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reach.cli import main
-from reach.security import Keyring
+from reach.security.keys import Keyring
 
 
 def test_keyring_is_created_once_then_reused_and_rotated(

@@ -8,7 +8,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from reach._ray import RayCluster, _Port, translate
 from reach.errors import AgentUnavailable, InvalidPayload, ReachError
-from reach.guard import SecurityConfig
+from reach.security.guard import SecurityConfig
 
 
 def test_a_reach_error_raised_remotely_arrives_as_itself() -> None:

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from policies.acl import Acl, Rule
 from reach.codec import Codec
 from reach.errors import AuthError, CodecError, ConfigError, ProtocolError
-from reach.guard import (
+from reach.protocol import Envelope
+from reach.security.guard import (
     ENCRYPTED_SESSION_PREFIX,
     Guard,
     SecurityConfig,
@@ -29,8 +30,7 @@ from reach.guard import (
     open_call,
     signed_call,
 )
-from reach.protocol import Envelope
-from reach.security import Keyring
+from reach.security.keys import Keyring
 
 START = 1_700_000_000.0
 SECRET_TEXT = "退款 4711 给 Ada — secret"

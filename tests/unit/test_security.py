@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reach.errors import AuthError
-from reach.security import Cipher, Keyring, Signer, Verifier, header_aad
+from reach.security.keys import Cipher, Keyring, Signer, Verifier, header_aad
 
 WINDOW_S = 300.0
 START = 1_700_000_000.0
@@ -214,7 +214,7 @@ def test_signers_silent_for_a_window_are_forgotten_and_their_replays_refused_by_
 
 def test_out_of_order_nonces_are_accepted_once_and_far_older_ones_refused(
         signer: Signer, verifier: Verifier) -> None:
-    from reach.security import NONCE_WINDOW
+    from reach.security.keys import NONCE_WINDOW
 
     first, second = signer.sign("agent-1", DATA), signer.sign("agent-1", DATA)
     verifier.verify("agent-1", DATA, second)
@@ -398,9 +398,9 @@ def test_a_signature_with_a_non_finite_timestamp_is_refused() -> None:
 def test_the_message_budget_starts_again_with_a_rotated_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import reach.security
+    import reach.security.keys
 
-    monkeypatch.setattr(reach.security, "MAX_MESSAGES_PER_KEY", 2)
+    monkeypatch.setattr(reach.security.keys, "MAX_MESSAGES_PER_KEY", 2)
     ring = Keyring.generate()
     cipher = Cipher(ring)
     cipher.encrypt(b"1", b"aad")
@@ -414,7 +414,7 @@ def test_the_message_budget_starts_again_with_a_rotated_key(
 @given(st.binary(max_size=300), st.binary(min_size=16, max_size=16),
        st.floats(allow_nan=False, allow_infinity=False))
 def test_the_fast_mac_is_the_standard_hmac(data: bytes, nonce: bytes, timestamp: float) -> None:
-    from reach.security import _Keyed, _mac
+    from reach.security.keys import _Keyed, _mac
 
     secret = RING.secret("agent-1")
     assert _Keyed(secret).mac(timestamp, nonce, data) == _mac(secret, timestamp, nonce, data)

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 import pytest
 
 from reach import status
+from reach._runtime.names import supervisor_name
 from reach.cli import main
 from reach.cluster import NodeInfo
 from reach.errors import AgentNotFound, AgentUnavailable, ConfigError
-from reach.names import supervisor_name
 from reach.records import (
     AgentRecord,
     AgentStatus,

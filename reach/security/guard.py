@@ -25,11 +25,11 @@ from typing import Any
 import msgpack
 
 from policies.acl import Acl, AclDecision, Rule, check
+from reach._runtime.names import DEFAULT_KEYRING
 from reach.errors import AuthError, ConfigError
-from reach.names import DEFAULT_KEYRING
-from reach.security import REPLAY_WINDOW_S, Cipher, Keyring, Signature, Signer, Verifier
+from reach.security.keys import REPLAY_WINDOW_S, Cipher, Keyring, Signature, Signer, Verifier
 
-log = logging.getLogger("reach.guard")
+log = logging.getLogger("reach.security.guard")
 
 #: Session IDs that start with this are encrypted sessions: every process can tell from the
 #: (signed) ID alone, and a payload of one that arrives in clear is refused.

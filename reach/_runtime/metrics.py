@@ -26,7 +26,7 @@ import contextlib
 import logging
 from typing import Any
 
-log = logging.getLogger("reach.metrics")
+log = logging.getLogger("reach._runtime.metrics")
 
 #: How often summed counters are handed to Ray (seconds).
 FLUSH_S = 1.0

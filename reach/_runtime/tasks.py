@@ -27,6 +27,7 @@ from policies.tasks import (
     transition,
 )
 from reach import clock
+from reach._runtime.metrics import FLUSH_S, metrics
 from reach.client import Client, Link
 from reach.errors import (
     ErrorInfo,
@@ -36,7 +37,6 @@ from reach.errors import (
     TaskCancelled,
     TaskNotFound,
 )
-from reach.metrics import FLUSH_S, metrics
 from reach.protocol import new_id
 from reach.records import Attempt, AttemptOutcome, TaskResult
 

@@ -34,7 +34,7 @@ REGISTRY_WAIT_S = 10.0
 #: How long a notification waits for a restarting agent before it becomes a dead letter.
 NOTIFY_HOLD_S = 5.0
 
-log = logging.getLogger("reach.directory")
+log = logging.getLogger("reach._runtime.directory")
 
 T = TypeVar("T")
 _HoldersKey = tuple[str, str | None, int | None]

@@ -1,6 +1,6 @@
-"""Identities, signatures and payload encryption: the primitives (:mod:`reach.guard` applies
-them in a process: the codec signs, verifies and encrypts with them, the registry and the hosts
-check registrations, heartbeats and the ACL).
+"""Identities, signatures and payload encryption: the primitives. :mod:`reach.security.guard`
+applies them in a process: the codec signs, verifies and encrypts with them, the registry and
+the hosts check registrations, heartbeats and the ACL.
 
 - A :class:`Keyring` holds a deployment's master key and its data keys. Each principal's (agent,
   host, driver) signing secret is derived from the master key, so any process holding the keyring

@@ -20,13 +20,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from reach._runtime.metrics import messages, metrics
 from reach.cluster import Cluster, Endpoint
 from reach.codec import Codec
 from reach.errors import AgentUnavailable, ProtocolError, ReachError
-from reach.metrics import messages, metrics
 from reach.protocol import Envelope, MsgType
 
-log = logging.getLogger("reach.transport")
+log = logging.getLogger("reach._runtime.transport")
 
 #: How long requests waiting on a dead endpoint wait for replies it sent just before dying.
 WATCH_GRACE_S = 0.25

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
 from reach import clock
+from reach._runtime.transport import STREAM_END_SCHEMA
 from reach.agent import Agent, HandlerSpec
 from reach.client import Client, Link
 from reach.context import Context
@@ -32,9 +33,8 @@ from reach.errors import (
 from reach.protocol import Envelope, MsgType
 from reach.schemas import schema_registry
 from reach.sessions import CANCEL_SCHEMA, LIMITS_SCHEMA, cancel, finish, limits_payload
-from reach.transport import STREAM_END_SCHEMA
 
-log = logging.getLogger("reach.runner")
+log = logging.getLogger("reach._runtime.runner")
 
 #: Schema of the empty reply of a handler that returns None.
 ACK_SCHEMA = "reach.ack@1.0"
