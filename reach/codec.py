@@ -4,14 +4,14 @@ A frame is a msgpack array ``[WIRE_VERSION, kind, body]``: ``kind`` is 0 for one
 is its field array) and 1 for a batch (``body`` is an array of field arrays). An envelope's fields
 travel as an array in :data:`FIELDS` order, which is both smaller and faster than a map.
 
-With a guard (:class:`~reach.security.guard.Guard`, signing on), frames are *sealed*: ``kind``
-is 2 and the body is an array of ``[sealed, timestamp, nonce, mac]``, where ``sealed`` is the
-msgpack of the field array followed by the payload's key ID (nil when the payload is in clear),
-and the MAC is HMAC-SHA256 by the envelope's sender over timestamp, nonce and ``sealed``. An
-encrypted payload travels as ``[nonce, ciphertext]``, AES-GCM with the header fields (sender,
-receiver, type, msg_id, schema, timestamp, key ID) as associated data. Decoding verifies each
-envelope before it is read and decrypts its payload, so business code never sees ciphertext; a
-refused envelope is a :class:`Refused` entry with an :class:`~reach.errors.AuthError`, the rest of the batch unharmed.
+With a guard (:class:`~reach.security.guard.Guard`, signing on), frames are *sealed*: ``kind`` is 2
+and the body is an array of ``[sealed, timestamp, nonce, mac]``, where ``sealed`` is the msgpack of
+the field array followed by the payload's key ID (nil when the payload is in clear), and the MAC is
+HMAC-SHA256 by the envelope's sender over timestamp, nonce and ``sealed``. An encrypted payload
+travels as ``[nonce, ciphertext]``, AES-GCM with the header fields (sender, receiver, type, msg_id,
+schema, timestamp, key ID) as associated data. Decoding verifies each envelope before it is read
+and decrypts its payload, so business code never sees ciphertext; a refused envelope is a
+:class:`Refused` entry with an :class:`~reach.errors.AuthError`, the rest of the batch unharmed.
 
 Strings are UTF-8 both ways with no replacement: a string that is not valid UTF-8 (or a Python
 string holding a lone surrogate) is a :class:`~reach.errors.CodecError`. Extension types are
