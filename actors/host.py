@@ -79,8 +79,13 @@ class AgentHost:
         return self._stopped
 
     async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                         kwargs: dict[str, Any]) -> list[AgentRecord]:
+                         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+                         ) -> list[AgentRecord]:
         """Constructs, starts and registers agents; returns their registry records.
+
+        ``epochs`` are the least epochs the new incarnations may have (a supervisor passes its
+        child's last epoch plus one, so that epochs never go backwards, not even after the
+        registry restarted and forgot them).
 
         Raises:
             AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
@@ -97,6 +102,9 @@ class AgentHost:
             raise AgentAlreadyExists(f"agent {taken[0]!r} is already live on host {self.name}",
                                      details={"agent_id": taken[0], "host": self.name})
         self._adding.update(agent_ids)  # held until added or failed: two spawns cannot race
+        for agent_id, epoch in (epochs or {}).items():
+            if agent_id in agent_ids:
+                self.epochs[agent_id] = max(self.epochs.get(agent_id, 0), epoch)
         try:
             return await self._add(cls, agent_ids, args, kwargs)
         finally:

@@ -17,7 +17,7 @@ import logging
 import random
 from typing import Any
 
-from policies.supervision import ChildExit, RestartPlan, plan_restart
+from policies.supervision import ChildExit, RestartPlan, Strategy, plan_restart
 from reach import clock
 from reach._runtime.directory import Directory
 from reach._runtime.metrics import metrics
@@ -27,8 +27,9 @@ from reach._runtime.tasks import TaskRunner, TaskSpec
 from reach._runtime.transport import Transport
 from reach.client import Link
 from reach.cluster import CallLimits, Cluster, SupervisorPort
-from reach.errors import ReachError, RestartLimitExceeded
+from reach.errors import AgentAlreadyExists, ReachError, RestartLimitExceeded
 from reach.records import (
+    AgentRecord,
     AgentStatus,
     ChildKind,
     ChildStatus,
@@ -44,8 +45,9 @@ from reach.supervision import ChildSpec, SupervisorSpec
 
 log = logging.getLogger("reach.supervisor")
 
-#: Exits detected within this window are one failure event (a host's agents die together).
-FAILURE_WINDOW_S = 0.05
+#: Exits detected within this window are one failure event (a host's agents die together: their
+#: watches fail within a few milliseconds of each other).
+FAILURE_WINDOW_S = 0.01
 
 
 class Supervisor:
@@ -79,6 +81,8 @@ class Supervisor:
         self.started: list[str] = []
         self.hosts: dict[str, str] = {}
         self.subs: dict[str, SupervisorPort] = {}
+        # The epoch of each agent child's current incarnation (its next is at least one more).
+        self.epochs: dict[str, int] = {}
         self.stopping: set[str] = set()
         # Invariant: gen[c] counts c's starts; a watcher of an older start is ignored.
         self.gen: dict[str, int] = {}
@@ -135,16 +139,54 @@ class Supervisor:
             self.subs[child_id] = port
             monitor = self._watch_supervisor(child_id, gen, port)
         else:
-            records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
-                                               spec.args, spec.kwargs)
-            self.hosts[child_id] = records[0].host
-            monitor = self._watch_agent(child_id, gen, records[0].host)
+            record = await self._spawn_child(spec)
+            self.hosts[child_id] = record.host
+            self.epochs[child_id] = record.epoch
+            monitor = self._watch_agent(child_id, gen, record.host)
         self.started.append(child_id)
         order = list(self.specs)
         self.started.sort(key=order.index)  # a restarted child keeps its place in start order
         watcher = asyncio.get_running_loop().create_task(monitor)
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
+
+    async def _spawn_child(self, spec: ChildSpec) -> AgentRecord:
+        """Starts an agent child, its epoch past its last incarnation's (which this supervisor
+        remembers even when the registry, restarted, does not).
+
+        A previous incarnation still live (an orphan of this supervisor's own previous
+        incarnation, which died) is stopped first: a restarted supervisor starts its children
+        afresh, as OTP's would after its linked children died with it.
+        """
+        last = self.epochs.get(spec.agent_id)
+        epochs = None if last is None else {spec.agent_id: last + 1}
+        try:
+            records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
+                                               spec.args, spec.kwargs, epochs=epochs)
+        except AgentAlreadyExists:
+            orphan = await self.registry.lookup(spec.agent_id)
+            if orphan is None or not orphan.host:
+                raise
+            log.warning("%s replaces the previous incarnation of %s on %s", self.name,
+                        spec.agent_id, orphan.host)
+            await self._evict(spec.agent_id, orphan.host, spec.shutdown_timeout_s)
+            epochs = {spec.agent_id: max(orphan.epoch, last or 0) + 1}
+            records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
+                                               spec.args, spec.kwargs, epochs=epochs)
+        return records[0]
+
+    async def _evict(self, agent_id: str, host_name: str, timeout_s: float) -> None:
+        """Stops an agent on its host and deregisters it (a dead host could not: deregistering
+        is idempotent)."""
+        try:
+            host = self.cluster.host(host_name)
+            await _within(host.remove_agents([agent_id], timeout_s), timeout_s + 1)
+            if is_dedicated(host_name):
+                self.cluster.kill(host)
+        except ReachError as exc:  # its host is gone already
+            log.info("host of %s is gone: %s", agent_id, exc)
+        data, sig = signed_call(self.transport.codec.guard, self.name, [[agent_id], host_name])
+        await _within(self.registry.deregister(self.name, data, sig), timeout_s)
 
     async def stop(self) -> list[str]:
         """Stops every child in reverse start order, each within its timeout; returns the order."""
@@ -179,16 +221,7 @@ class Supervisor:
         if host_name is None:  # its restart failed: no host holds it, but clients may wait on it
             await _within(self._mark([child_id], AgentStatus.OFFLINE), timeout)
             return
-        try:
-            host = self.cluster.host(host_name)
-            await _within(host.remove_agents([child_id], timeout), timeout + 1)
-            if is_dedicated(host_name):
-                self.cluster.kill(host)
-        except ReachError as exc:  # its host is gone already
-            log.info("host of %s is gone: %s", child_id, exc)
-        # A dead host could not deregister its agent: do it here (it is idempotent).
-        data, sig = signed_call(self.transport.codec.guard, self.name, [[child_id], host_name])
-        await _within(self.registry.deregister(self.name, data, sig), timeout)
+        await self._evict(child_id, host_name, timeout)
 
     # -- watching ------------------------------------------------------------------------------
 
@@ -251,29 +284,38 @@ class Supervisor:
             gone = self.subs.pop(child_id, None)
             if gone is not None:  # a child supervisor that gave up still holds its name
                 self.cluster.kill(gone)
-        await asyncio.sleep(plan.delay_s)
+        if plan.delay_s:
+            await asyncio.sleep(plan.delay_s)
         detected = min(e.at for e in batch)
-        for child_id in plan.restart:
-            self.stopping.discard(child_id)
-            try:
-                await self._start_child(child_id)
-            except Exception as exc:
-                log.warning("restart of %s failed: %s", child_id, exc)
-                self._exits.append(ChildExit(child_id, False, f"restart failed: {exc}",
-                                             clock.monotonic()))
-                self.started.append(child_id)  # it counts as started, and as failed again
-                self.started.sort(key=list(self.specs).index)
-                continue
-            placement = (RestartPlacement.SUPERVISOR if child_id in self.subs
-                         else RestartPlacement.PACKED
-                         if self.hosts.get(child_id, "").startswith(POOL_PREFIX)
-                         else RestartPlacement.DEDICATED)
-            self._audit({"caller": self.name, "callee": child_id, "capability": "",
-                         "msg_type": "supervision", "outcome": "restarted", "trace_id": ""})
-            metrics.count("reach_restarts", 1, self.name)
-            self.restarts.append(RestartRecord(child_id, clock.now(), placement,
-                                               clock.monotonic() - detected,
-                                               plan.reasons.get(child_id, "")))
+        if self.spec.strategy is Strategy.ONE_FOR_ONE:
+            # Independent children (one host's agents, dying together) come back together.
+            await asyncio.gather(*(self._restart_child(c, plan, detected)
+                                   for c in plan.restart))
+        else:  # their order matters: one after another, in start order
+            for child_id in plan.restart:
+                await self._restart_child(child_id, plan, detected)
+
+    async def _restart_child(self, child_id: str, plan: RestartPlan, detected: float) -> None:
+        self.stopping.discard(child_id)
+        try:
+            await self._start_child(child_id)
+        except Exception as exc:
+            log.warning("restart of %s failed: %s", child_id, exc)
+            self._exits.append(ChildExit(child_id, False, f"restart failed: {exc}",
+                                         clock.monotonic()))
+            self.started.append(child_id)  # it counts as started, and as failed again
+            self.started.sort(key=list(self.specs).index)
+            return
+        placement = (RestartPlacement.SUPERVISOR if child_id in self.subs
+                     else RestartPlacement.PACKED
+                     if self.hosts.get(child_id, "").startswith(POOL_PREFIX)
+                     else RestartPlacement.DEDICATED)
+        self._audit({"caller": self.name, "callee": child_id, "capability": "",
+                     "msg_type": "supervision", "outcome": "restarted", "trace_id": ""})
+        metrics.count("reach_restarts", 1, self.name)
+        self.restarts.append(RestartRecord(child_id, clock.now(), placement,
+                                           clock.monotonic() - detected,
+                                           plan.reasons.get(child_id, "")))
 
     async def _give_up(self, batch: list[ChildExit]) -> None:
         self.state = SupervisorState.FAILED

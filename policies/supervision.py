@@ -201,7 +201,9 @@ def plan_restart(
         ended=ended,
         stop=tuple(c for c in reversed(restart) if c not in exited),
         restart=restart,
-        delay_s=backoff_delay(len(new_history) - 1, backoff, rng),
+        # The first restart in the window is immediate, as in OTP; repeated ones back off.
+        delay_s=0.0 if len(new_history) == 1 else backoff_delay(len(new_history) - 2, backoff,
+                                                                 rng),
         history=new_history,
         give_up=False,
         reasons={c: exited.get(c, SIBLING_RESTARTED) for c in restart},

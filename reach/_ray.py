@@ -208,7 +208,10 @@ class RayCluster:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
                 shape.node_id, soft=not shape.node_strict)
         if shape.lasting:
-            options.update(get_if_exists=True, lifetime="detached", max_restarts=-1)
+            # Not restarted by Ray: a call pending on an actor Ray would restart fails only
+            # after about 1.5 s, one on an actor that stays dead within milliseconds. The
+            # spawner starts a dead pool host again, under its name, when it needs it.
+            options.update(get_if_exists=True, lifetime="detached")
         handle = _remote("host").options(**options).remote(name, self, limits)
         port = self._ports[name] = _Port(handle, name)
         return cast(HostPort, port)

@@ -74,9 +74,11 @@ class HostPort(Endpoint, Protocol):
     """A host of agents: one (dedicated) or many (a pool host)."""
 
     def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> Awaitable[list[AgentRecord]]:
-        """Constructs, starts and registers agents; their records (AgentAlreadyExists, or what a
-        constructor raised, on failure: nothing is then added)."""
+                   kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+                   ) -> Awaitable[list[AgentRecord]]:
+        """Constructs, starts and registers agents, each with an epoch of at least ``epochs``'
+        (when given); their records (AgentAlreadyExists, or what a constructor raised, on
+        failure: nothing is then added)."""
         ...
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float) -> Awaitable[int]:
@@ -213,17 +215,28 @@ class StorePort(Endpoint, Protocol):
         """Open requests an agent had sent, oldest first."""
         ...
 
-    def record_reply(self, request_id: str, agent_id: str, payload: dict[str, Any],
-                     schema: str) -> Awaitable[None]:
-        """Records a handler's reply, so that a retry gets it without a rerun."""
+    def reply_for(self, request_id: str) -> Awaitable[dict[str, Any] | None]:
+        """The recorded reply of a request (``agent_id``, ``payload``, ``schema``), or None."""
         ...
 
-    def reply_for(self, request_id: str) -> Awaitable[dict[str, Any] | None]:
-        """The recorded reply of a request, or None."""
+    def claim(self, request_id: str, agent_id: str) -> Awaitable[int]:
+        """Claims a request to run its handler; a fencing token, greater than every earlier
+        claim's of the request (durably)."""
+        ...
+
+    def commit_reply(self, request_id: str, token: int, agent_id: str, payload: dict[str, Any],
+                     schema: str) -> Awaitable[dict[str, Any]]:
+        """Records a handler's reply if ``token`` is still the request's latest claim and no
+        reply is recorded yet: ``{"committed": bool, "reply": <the recorded reply or None>}``."""
         ...
 
     def audit(self, records: list[dict[str, Any]]) -> Awaitable[list[int]]:
         """Appends records to the hash-chained audit log (callers need not await it)."""
+        ...
+
+    def audit_records(self, trace_id: str | None, agent: str | None,
+                      limit: int) -> Awaitable[list[dict[str, Any]]]:
+        """Audit records, oldest first: all, or those of one trace or one agent."""
         ...
 
 
@@ -278,7 +291,9 @@ class HostShape:
         resources: Custom resources required of its node.
         node_id: The node it should run on.
         node_strict: Only that node (otherwise: prefer it, go elsewhere when it is gone).
-        lasting: A pool host: shared, outlives its creator, restarted (empty) when it dies.
+        lasting: A pool host: named, shared, outlives its creator. When it dies it is not
+            restarted by the platform (so that its death is known at once): whoever needs it
+            starts it again under the same name (see the spawner).
     """
 
     num_cpus: float | None = None
@@ -365,7 +380,8 @@ class Cluster(Protocol):
         ...
 
     def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
-        """Starts a host (or, for a lasting one, returns the live host of that name)."""
+        """Starts a host (or, for a lasting one, returns the live host of that name if there is
+        one; a dead one's name is free again)."""
         ...
 
     def start_supervisor(self, spec: SupervisorSpec, parent: str | None, limits: CallLimits,

@@ -5,9 +5,9 @@ an implementation of :class:`reach.cluster.Cluster` whose processes (hosts, regi
 store, supervisors, inboxes) are the real classes of ``actors/``, run as objects in the test's own
 event loop. Calls between them go through the same typed ports as on Ray, with their arguments
 and results copied by pickling (as a process boundary would), and with Ray's failure semantics:
-a killed process fails the calls pending on it and every watch of it at once; a lasting process
-(a pool host, the registry, the store) comes back empty after a restart delay, and calls made
-while it restarts wait for it.
+a killed process fails the calls pending on it and every watch of it at once; the registry and the
+store come back empty after a restart delay (as Ray restarts them), and calls made while they
+restart wait for them; a host stays dead, its name free for whoever starts it again.
 
 :func:`run` drives a test scenario on a :class:`VirtualLoop`, whose clock jumps to the next timer
 whenever nothing is ready to run: a 30-second deadline, a heartbeat expiry or a restart backoff
@@ -170,7 +170,7 @@ class _Proc:
     name: str
     make: Callable[[], Any]
     node: str
-    lasting: bool = False
+    restarts: bool = False
     obj: Any = None
     dead: bool = False
     incarnation: int = 0
@@ -231,7 +231,7 @@ class FakeCluster:
         heartbeat_interval_s: The registry's heartbeat interval.
         heartbeat_misses: Beats a host may miss before its agents are offline.
         folder: Where the session store's (in-memory) database is named, and keyrings are kept.
-        restart_delay_s: How long a lasting process takes to come back after it died.
+        restart_delay_s: How long the registry or the store takes to come back after it died.
 
     Attributes:
         calls: How many calls each ``(process name, method)`` received.
@@ -278,11 +278,11 @@ class FakeCluster:
 
         interval, misses = self._settings
         self._start(REGISTRY_NAME, lambda: Registry(self, interval, misses), self.driver_node,
-                    lasting=True)
+                    restarts=True)
         db = self._folder / "sessions.db"
         self._start(STORE_NAME, lambda: SessionStore(
             self, str(db), storage=SqliteStorage(db, connect=_inline_connect)),
-            self.driver_node, lasting=True)
+            self.driver_node, restarts=True)
 
     def runtime(self, limits: CallLimits | None = None) -> Any:
         """A driver's :class:`~reach.runtime.Runtime` on this cluster."""
@@ -301,9 +301,9 @@ class FakeCluster:
         """The node drivers run on (the first)."""
         return next(iter(self._nodes))
 
-    def _start(self, name: str, make: Callable[[], Any], node: str, *, lasting: bool = False,
+    def _start(self, name: str, make: Callable[[], Any], node: str, *, restarts: bool = False,
                resources: dict[str, float] | None = None) -> _Proc:
-        proc = _Proc(name, make, node, lasting, resources=dict(resources or {}))
+        proc = _Proc(name, make, node, restarts, resources=dict(resources or {}))
         proc.obj = proc.context().run(make)
         proc.incarnation = 1
         self._procs[name] = proc
@@ -340,7 +340,7 @@ class FakeCluster:
             raise AgentUnavailable(f"{name} does not exist (its process is gone)",
                                    details={"endpoint": name})
         while proc.dead:
-            if not proc.lasting or proc.back is None:
+            if not proc.restarts or proc.back is None:
                 raise _died(name)
             await proc.back.wait()
         return proc
@@ -364,7 +364,7 @@ class FakeCluster:
     def endpoint(self, name: str) -> Endpoint:
         """See :meth:`reach.cluster.Cluster.endpoint`."""
         proc = self._procs.get(name)
-        if proc is None or (proc.dead and not proc.lasting):
+        if proc is None or (proc.dead and not proc.restarts):
             raise AgentUnavailable(f"{name} does not exist (its process is gone)",
                                    details={"endpoint": name})
         return cast(Endpoint, self._port(name))
@@ -389,10 +389,10 @@ class FakeCluster:
         from actors.host import AgentHost
 
         live = self._procs.get(name)
-        if live is not None and shape.lasting and (not live.dead or live.lasting):
+        if live is not None and shape.lasting and not live.dead:
             return cast(HostPort, self._port(name))
         node = self._place(shape)
-        self._start(name, lambda: AgentHost(name, self, limits), node, lasting=shape.lasting,
+        self._start(name, lambda: AgentHost(name, self, limits), node,
                     resources=dict(shape.resources))
         return cast(HostPort, self._port(name))
 
@@ -451,30 +451,30 @@ class FakeCluster:
 
     def crash(self, name: str) -> None:
         """Kills a process as SIGKILL would: the calls pending on it fail, its watches fail, and
-        a lasting one comes back (empty) after :attr:`restart_delay_s`."""
+        the registry or the store comes back (empty) after :attr:`restart_delay_s`."""
         proc = self._procs[name]
         self._end(proc)
-        if proc.lasting:
+        if proc.restarts:
             assert self._loop is not None
             self._loop.call_later(self.restart_delay_s, self._revive, proc)
         else:
             del self._procs[name]
 
     def crash_node(self, node: str) -> list[str]:
-        """Kills every process of a node, which stays dead; lasting ones come back on a live
-        node. Returns the names of the processes killed."""
+        """Kills every process of a node, which stays dead; the registry and the store come
+        back on a live node. Returns the names of the processes killed."""
         self._nodes[node] = False
         hit = [p.name for p in self._procs.values() if p.node == node and not p.dead]
         for name in hit:
             proc = self._procs[name]
-            if proc.lasting:
+            if proc.restarts:
                 proc.node = self._place(HostShape())
             self.crash(name)
         return hit
 
     def _end(self, proc: _Proc) -> None:
         proc.dead = True
-        proc.back = asyncio.Event() if proc.lasting else None
+        proc.back = asyncio.Event() if proc.restarts else None
         for task in list(proc.tasks):
             task.cancel()
         proc.tasks.clear()

@@ -51,7 +51,9 @@ class Directory:
     def __init__(self, registry: RegistryPort, rng: random.Random | None = None) -> None:
         self.registry = registry
         self._rng = rng or random.Random()
-        self._routes: dict[str, tuple[str, float]] = {}
+        # agent ID -> (host, epoch, expiry): a route is replaced only by one of an epoch as
+        # new or newer (an older incarnation's record, from a stale answer, never wins).
+        self._routes: dict[str, tuple[str, int, float]] = {}
         self._principals: dict[str, tuple[tuple[str, ...], float]] = {}
         self._holders: dict[_HoldersKey, tuple[list[AgentRecord], list[str], float]] = {}
         # Invariant: at most one registry call per key is in flight; callers of the key share it.
@@ -83,7 +85,7 @@ class Directory:
                 pass ``deadline`` (epoch seconds).
         """
         hit = self._routes.get(agent_id)
-        if hit is not None and hit[1] > clock.monotonic():
+        if hit is not None and hit[2] > clock.monotonic():
             return hit[0]
         rec = await self._lookup_settled(agent_id, deadline)
         if rec is None:
@@ -105,7 +107,7 @@ class Directory:
                 "restart failed)",
                 details={"agent_id": agent_id, "host": rec.host},
             )
-        self._routes[agent_id] = (rec.host, clock.monotonic() + ROUTE_TTL_S)
+        self._routes[agent_id] = (rec.host, rec.epoch, clock.monotonic() + ROUTE_TTL_S)
         return rec.host
 
     async def _lookup_settled(self, agent_id: str, deadline: float | None) -> AgentRecord | None:
@@ -171,9 +173,14 @@ class Directory:
             self.registry.dead_letter(letters)
 
     def learn(self, record: AgentRecord) -> None:
-        """Caches a route found by discovery or spawning (of an online agent only)."""
-        if record.online:
-            self._routes[record.agent_id] = (record.host, clock.monotonic() + ROUTE_TTL_S)
+        """Caches a route found by discovery or spawning (of an online agent only, and only
+        when no route of a newer incarnation is cached)."""
+        if not record.online:
+            return
+        hit = self._routes.get(record.agent_id)
+        if hit is None or hit[1] <= record.epoch or hit[2] <= clock.monotonic():
+            self._routes[record.agent_id] = (record.host, record.epoch,
+                                             clock.monotonic() + ROUTE_TTL_S)
 
     def drop(self, agent_id: str) -> None:
         """Forgets the route of one agent (its host did not have it)."""
@@ -181,7 +188,7 @@ class Directory:
 
     def drop_endpoint(self, endpoint: str) -> None:
         """Forgets every route and holder list through a dead host."""
-        for agent_id in [a for a, (host, _) in self._routes.items() if host == endpoint]:
+        for agent_id in [a for a, (host, *_) in self._routes.items() if host == endpoint]:
             del self._routes[agent_id]
         self._holders.clear()
 

@@ -1,13 +1,16 @@
 """Placing agents on hosts: a new AgentHost per dedicated agent, or a pool of shared hosts.
 
 Used by the driver's runtime and by supervisors alike, so an agent restarted by its supervisor is
-placed exactly as it was first spawned. Pool hosts are named, shared by every driver and
-supervisor, and restarted by Ray when their process dies (empty: their supervisors re-add their
-agents); a dedicated host lives and dies with its one agent.
+placed exactly as it was first spawned. Pool hosts are named and shared by every driver and
+supervisor; a dedicated host lives and dies with its one agent.
 
-When a node dies, its hosts are placed again on the nodes left: a pool host by Ray (soft node
-affinity lets it leave its node), a dedicated host by the supervisor that restarts its agent. An
-agent that requires resources no live node has is not left waiting for them: its spawn fails.
+Packed agents move, they do not wait: when a pool host dies, the agents its supervisors restart
+go at once to the pool's live hosts (least loaded first), and the dead host is started again, empty
+and under its name, in the background (it is never restarted by the platform, whose restarts make
+a death known only after about 1.5 s). Only a pool whose hosts are all dead waits, for its
+replacements. When a node dies, its hosts are placed again on the nodes left (soft node affinity
+lets them leave it). An agent that requires resources no live node has is not left waiting for
+them: its spawn fails.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from reach.records import AgentRecord
 
 #: How often a dedicated host still waiting to be placed checks that some live node can take it.
 PLACEMENT_CHECK_S = 1.0
+#: How many times a dead pool host is started again before its spawn gives up, and the first wait.
+REPLACE_TRIES = 20
+REPLACE_WAIT_S = 0.05
 
 T = TypeVar("T")
 
@@ -42,11 +48,15 @@ class Spawner:
         self.cluster = cluster
         self.limits = limits
         self._pools: dict[str, list[HostPort]] = {}
+        # Invariant: at most one replacement of a pool host (by name) runs in this process.
+        self._replacing: dict[str, asyncio.Task[HostPort]] = {}
 
     async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
-                    args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-                    ) -> list[AgentRecord]:
+                    args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
+                    epochs: dict[str, int] | None = None) -> list[AgentRecord]:
         """Starts agents and registers them; returns their registry records.
+
+        ``epochs``: the least epoch of each new incarnation (see ``HostPort.add_agents``).
 
         Raises:
             AgentAlreadyExists: an ID is live.
@@ -56,8 +66,7 @@ class Spawner:
         """
         demand: dict[str, float] = {}
         if isinstance(placement, Packed):
-            hosts = self._pool(placement)
-            counts = list(await asyncio.gather(*(h.count() for h in hosts)))
+            hosts, counts = await self._live_pool(placement)
             groups: dict[int, list[str]] = {}
             for agent_id in agent_ids:
                 i = least_loaded(counts)
@@ -70,7 +79,9 @@ class Spawner:
                 raise unplaceable(demand, agent_ids)
             placed = [(self._dedicated(placement), [a], True) for a in agent_ids]
         results = await asyncio.gather(
-            *(self._placed(h.add_agents(cls, ids, tuple(args), kwargs or {}), ids, demand)
+            *(self._placed(h.add_agents(cls, ids, tuple(args), kwargs or {},
+                                        {i: epochs[i] for i in ids if i in epochs}
+                                        if epochs else None), ids, demand)
               for h, ids, _ in placed),
             return_exceptions=True)
         records: list[AgentRecord] = []
@@ -108,6 +119,54 @@ class Spawner:
             self._pools[p.pool] = hosts
         return hosts
 
+    async def _live_pool(self, p: Packed) -> tuple[list[HostPort], list[int]]:
+        """The pool's live hosts and their agent counts; dead ones are started again in the
+        background, and waited for only when none is alive."""
+        hosts = self._pool(p)
+        counts = await asyncio.gather(*(h.count() for h in hosts), return_exceptions=True)
+        live = [(h, c) for h, c in zip(hosts, counts, strict=True) if isinstance(c, int)]
+        dead = [i for i, c in enumerate(counts) if not isinstance(c, int)]
+        replacing = [self._replace(p, i) for i in dead]
+        if not live:
+            # Every host of the pool is dead: wait for the replacements.
+            fresh = await asyncio.gather(*replacing)
+            live = [(h, 0) for h in fresh]
+        return [h for h, _ in live], [c for _, c in live]
+
+    def _replace(self, p: Packed, i: int) -> asyncio.Task[HostPort]:
+        """Starts pool host ``i`` again (once per process, whoever asks)."""
+        name = f"{POOL_PREFIX}{p.pool}.{i}"
+        running = self._replacing.get(name)
+        if running is None or running.done():
+            running = self._replacing[name] = asyncio.get_running_loop().create_task(
+                self._start_again(p, i, name))
+            running.add_done_callback(_read_outcome)
+        return running
+
+    async def _start_again(self, p: Packed, i: int, name: str) -> HostPort:
+        """Starts a dead pool host again under its name; returns it once it answers.
+
+        Raises:
+            AgentUnavailable: it did not come up (no live node could take it).
+        """
+        shape = HostShape(node_id=p.node_id, lasting=True)
+        failure: Exception | None = None
+        for attempt in range(REPLACE_TRIES):
+            self.cluster.forget(name)
+            host = self.cluster.start_host(name, shape, self.limits)
+            try:
+                await host.count()
+            except AgentUnavailable as exc:  # its old self, not yet known as dead by name
+                failure = exc
+                await asyncio.sleep(REPLACE_WAIT_S * (attempt + 1))
+                continue
+            hosts = self._pools.get(p.pool)
+            if hosts is not None and i < len(hosts):
+                hosts[i] = host
+            return host
+        raise AgentUnavailable(f"pool host {name} could not be started again: {failure}",
+                               details={"endpoint": name})
+
     async def _placed(self, call: Awaitable[T], agent_ids: list[str],
                       demand: dict[str, float]) -> T:
         """Awaits a host's ``add_agents`` call; while a host with requirements waits to be
@@ -133,6 +192,12 @@ class Spawner:
             return True
         return any(node.alive and all(node.resources.get(k, 0.0) >= v for k, v in demand.items())
                    for node in self.cluster.nodes())
+
+
+def _read_outcome(task: asyncio.Task[HostPort]) -> None:
+    """A background replacement's failure is the next spawn's to meet: read it here."""
+    if not task.cancelled():
+        task.exception()
 
 
 def least_loaded(counts: Sequence[int]) -> int:

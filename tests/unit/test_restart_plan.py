@@ -231,33 +231,38 @@ def test_exits_that_restart_nothing_leave_the_history_as_it_was() -> None:
 # --- backoff ----------------------------------------------------------------------------------
 
 
-def test_the_first_restart_waits_between_half_the_base_and_the_base() -> None:
+def test_the_first_restart_in_the_window_is_immediate_as_in_otp() -> None:
     for seed in range(50):
-        delay = plan(crash("a"), rng=random.Random(seed)).delay_s
-        assert BACKOFF.base_s / 2 <= delay <= BACKOFF.base_s
+        assert plan(crash("a"), rng=random.Random(seed)).delay_s == 0.0
 
 
-@pytest.mark.parametrize(("earlier", "top"), [(0, 0.1), (1, 0.2), (2, 0.4), (3, 0.8), (5, 1.0)])
-def test_the_delay_grows_with_the_restarts_still_in_the_window(earlier: int, top: float) -> None:
+@pytest.mark.parametrize(("earlier", "top"), [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (6, 1.0)])
+def test_repeated_restarts_back_off_with_the_restarts_still_in_the_window(earlier: int,
+                                                                          top: float) -> None:
     history = tuple(NOW - 1 - i for i in range(earlier))
     lots = Intensity(max_restarts=10, period_s=60.0)
     for seed in range(20):
         delay = plan(crash("a"), intensity=lots, history=history, rng=random.Random(seed)).delay_s
         assert top / 2 <= delay <= top + 1e-12
-        assert delay == backoff_delay(earlier, BACKOFF, random.Random(seed))
+        assert delay == backoff_delay(earlier - 1, BACKOFF, random.Random(seed))
 
 
 def test_the_same_seed_gives_the_same_plan() -> None:
-    first = plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, rng=random.Random(7))
-    assert first == plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, rng=random.Random(7))
-    assert len({plan(crash("b"), rng=random.Random(s)).delay_s for s in range(20)}) == 20
+    first = plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, history=(NOW - 1,),
+                 rng=random.Random(7))
+    assert first == plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, history=(NOW - 1,),
+                         rng=random.Random(7))
+    delays = {plan(crash("b"), history=(NOW - 1,), rng=random.Random(s)).delay_s
+              for s in range(20)}
+    assert len(delays) == 20
 
 
-def test_the_generator_is_drawn_from_only_when_children_restart() -> None:
+def test_the_generator_is_drawn_from_only_when_a_restart_backs_off() -> None:
     rng = random.Random(5)
     before = rng.getstate()
     plan(finish("a"), restart_types={**PERMANENT, "a": RestartType.TRANSIENT}, rng=rng)
     plan(crash("a"), history=(99.0, 99.5, 99.7), rng=rng)  # gives up
+    plan(crash("a"), rng=rng)  # the first restart: immediate
     assert rng.getstate() == before
 
 
@@ -352,7 +357,7 @@ def test_every_plan_keeps_its_invariants(case: Case, seed: int) -> None:
     if result.restart:
         assert result.history[-1] == NOW
         assert len(result.history) <= case.intensity.max_restarts
-        assert result.delay_s > 0
+        assert (result.delay_s == 0.0) == (len(result.history) == 1)
     elif not result.give_up:
         assert result.history == tuple(case.history)
         assert result.delay_s == 0.0

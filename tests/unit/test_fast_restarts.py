@@ -1,0 +1,181 @@
+"""Healing without waiting for a new process, on the fake cluster: packed agents move to their
+pool's live hosts, a dead pool host is started again in the background, a restarted supervisor
+replaces its orphans, and epochs never go backwards, not even after the registry restarted."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import reach
+from policies.supervision import Intensity
+from reach import clock
+from reach._runtime.names import POOL_PREFIX, REGISTRY_NAME
+from reach.records import AgentStatus, RestartPlacement
+from reach.testing import FakeCluster, run
+
+
+@reach.schema("heal.ping@1.0")
+class Ping(BaseModel):
+    text: str = ""
+
+
+@reach.schema("heal.pong@1.0")
+class Pong(BaseModel):
+    by: str
+    host: str
+
+
+class Node(reach.Agent):
+    """Says which host it runs on."""
+
+    capabilities = ("heal.ping",)
+
+    @reach.handler(Ping, returns=Pong)
+    async def ping(self, ctx: reach.Context, m: Ping) -> Pong:
+        return Pong(by=self.id, host=self._reach_host)  # type: ignore[attr-defined]
+
+    async def on_start(self) -> None:
+        self._reach_host = ""
+
+
+def pool(name: str = "p") -> reach.Packed:
+    return reach.Packed(pool=name, size=2)
+
+
+async def host_of(rt: Any, agent_id: str) -> str:
+    rec = await rt.cluster.registry().lookup(agent_id)
+    assert rec is not None
+    return str(rec.host)
+
+
+async def eventually(check: Any, within_s: float = 30.0) -> Any:
+    deadline = clock.monotonic() + within_s
+    while clock.monotonic() < deadline:
+        found = await check()
+        if found:
+            return found
+        await asyncio.sleep(0.01)
+    pytest.fail(f"not within {within_s} s of virtual time")
+
+
+def test_a_packed_agent_moves_to_a_live_host_of_its_pool_at_once() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.ChildSpec(Node, "n-1", placement=pool()),
+            reach.ChildSpec(Node, "n-2", placement=pool())]))
+        dead = await host_of(rt, "n-1")
+        fake.crash(dead)
+        killed = clock.monotonic()
+        reply = await rt.client.request("n-1", Ping(), timeout_ms=10_000)
+        assert reply.value.by == "n-1"
+        waited = clock.monotonic() - killed
+        assert waited < 0.5  # no waiting for a new process: fake hosts start in no time anyway
+        (restart,) = (await sup.status()).restarts
+        assert restart.placement is RestartPlacement.PACKED
+        assert restart.latency_s < 0.1  # detection, plan and re-adding; no backoff the first time
+        assert await host_of(rt, "n-1") != dead or dead in fake.names(POOL_PREFIX)
+
+        async def replaced() -> bool:  # the dead host comes back, empty, under its name
+            return dead in fake.names(POOL_PREFIX)
+
+        assert await eventually(replaced)
+
+    run(scenario)
+
+
+def test_a_pool_whose_hosts_are_all_dead_waits_for_their_replacements() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.supervise(reach.SupervisorSpec("s", intensity=Intensity(5, 10), children=[
+            reach.ChildSpec(Node, "n-1", placement=pool()),
+            reach.ChildSpec(Node, "n-2", placement=pool())]))
+        for name in fake.names(f"{POOL_PREFIX}p."):
+            fake.crash(name)
+        for agent_id in ("n-1", "n-2"):
+            reply = await rt.client.request(agent_id, Ping(), timeout_ms=10_000)
+            assert reply.value.by == agent_id
+        assert fake.names(f"{POOL_PREFIX}p.") == ["reach.pool.p.0", "reach.pool.p.1"]
+
+    run(scenario)
+
+
+def test_a_restarted_supervisor_replaces_the_orphans_of_its_previous_incarnation() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        root = await rt.supervise(reach.SupervisorSpec("root", children=[
+            reach.SupervisorSpec("inner", children=[
+                reach.ChildSpec(Node, "n-1", placement=pool())])]))
+        before = await rt.cluster.registry().lookup("n-1")
+        fake.crash("reach.sup.inner")  # its agent lives on, an orphan on its pool host
+
+        async def restarted() -> bool:
+            return [r.child for r in (await root.status()).restarts] == ["inner"]
+
+        assert await eventually(restarted)
+        after = await rt.cluster.registry().lookup("n-1")
+        assert after.status is AgentStatus.ONLINE
+        assert after.epoch > before.epoch
+        assert (await rt.client.request("n-1", Ping())).value.by == "n-1"
+
+    run(scenario)
+
+
+def test_epochs_never_go_backwards_across_a_registry_restart() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec("s", intensity=Intensity(10, 60),
+                                                      children=[reach.ChildSpec(Node, "n-1")]))
+        for _ in range(3):  # epoch 4 by now
+            fake.crash(await host_of(rt, "n-1"))
+
+            async def back(n: int = len((await sup.status()).restarts) + 1) -> bool:
+                return len((await sup.status()).restarts) == n
+
+            assert await eventually(back)
+        old = (await rt.cluster.registry().lookup("n-1")).epoch
+        assert old == 4
+        # The registry restarts (forgetting every epoch) and the agent dies with it.
+        host = await host_of(rt, "n-1")
+        fake.crash(REGISTRY_NAME)
+        fake.crash(host)
+
+        async def reborn() -> Any:
+            rec = await rt.cluster.registry().lookup("n-1")
+            return rec is not None and rec.status is AgentStatus.ONLINE and rec
+
+        rec = await eventually(reborn)
+        assert rec.epoch > old
+        assert (await rt.client.request("n-1", Ping(), timeout_ms=10_000)).value.by == "n-1"
+
+    run(scenario)
+
+
+def test_a_cached_route_of_an_older_incarnation_does_not_win_over_the_new_one() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.supervise(reach.SupervisorSpec("s", intensity=Intensity(10, 60), children=[
+            reach.ChildSpec(Node, "n-1", placement=pool("a")),
+            reach.ChildSpec(Node, "n-2", placement=pool("a"))]))
+        await rt.client.request_capability("heal.ping", Ping())  # routes learnt by discovery
+        old = await rt.cluster.registry().lookup("n-1")
+        fake.crash(REGISTRY_NAME)
+        fake.crash(old.host)  # n-1 (and maybe n-2) restart while the registry rebuilds
+
+        async def reborn() -> Any:
+            rec = await rt.cluster.registry().lookup("n-1")
+            return rec is not None and rec.status is AgentStatus.ONLINE and rec.host != old.host \
+                and rec
+
+        new = await eventually(reborn)
+        assert new.epoch > old.epoch
+        assert (await rt.client.request("n-1", Ping(), timeout_ms=10_000)).value.by == "n-1"
+        rt.directory.learn(old)  # a stale answer naming the old incarnation comes in late
+        assert await rt.directory.route("n-1") == new.host
+        assert (await rt.client.request("n-1", Ping(), timeout_ms=10_000)).value.by == "n-1"
+
+    run(scenario)
