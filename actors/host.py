@@ -60,6 +60,8 @@ class AgentHost:
         self.link = Link(cluster, self.transport, self.directory, limits)
         self.node = cluster.node_id()
         self.runners: dict[str, AgentRunner] = {}
+        # The shape this host is a warm spare of, while it is one (empty, offered).
+        self.spare_shape: str | None = None
         self.epochs: dict[str, int] = {}
         self.interval_s = 10.0
         self._heartbeat: asyncio.Task[None] | None = None
@@ -129,6 +131,7 @@ class AgentHost:
             records.append(AgentRecord(entry["agent_id"], tuple(entry["capabilities"]),
                                        entry["description"], self.name, self.node, epoch=epoch))
         self.runners.update(fresh)
+        self.spare_shape = None  # a spare given agents is one no more
         loop = asyncio.get_running_loop()
         for agent_id, runner in fresh.items():
             self._exits[agent_id] = loop.create_future()
@@ -368,8 +371,17 @@ class AgentHost:
                 log.warning("heartbeat from %s failed: %s", self.name, exc)
             await asyncio.sleep(self.interval_s)
 
+    async def offer_as_spare(self, shape: str) -> None:
+        """Offers this empty host to the registry as a warm spare of ``shape`` (until it is
+        given agents), heartbeating so that a dead spare is never handed out for long."""
+        self.spare_shape = shape
+        await self._registry_call("offer_spare", [self.node, shape])
+        self._start_heartbeat()
+
     async def beat(self) -> list[str]:
         """Sends one heartbeat; re-registers agents the registry does not know. Returns them."""
+        if self.spare_shape is not None and not self.runners:  # a spare: offered again
+            await self._registry_call("offer_spare", [self.node, self.spare_shape])
         loads = {i: r.inflight for i, r in self.runners.items()}
         unknown, self.interval_s, acl_version = await self._registry_call("heartbeat", loads)
         if acl_version != self.acl_version:

@@ -62,6 +62,8 @@ class Registry:
         self.acl_doc: dict[str, Any] | None = None
         self.acl_version = 0
         self._statuses: set[AgentStatus] = {ONLINE}
+        # Warm spares: host name -> (node, shape), offered by empty hosts, taken by claims.
+        self.spares_: dict[str, tuple[str, str]] = {}
 
     def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
         """The arguments of a call signed by ``host``; a refusal is audited and raised."""
@@ -190,6 +192,38 @@ class Registry:
                 self._put(dataclasses.replace(rec, load=load, status=ONLINE))
         return unknown, self.interval_s, self.acl_version
 
+    async def offer_spare(self, principal: str, data: bytes, sig: Any) -> None:
+        """An empty host offers itself as a warm spare (``data``: ``[node, shape]``, signed by
+        that host; offered again with each of its heartbeats, so a restarted registry learns it).
+
+        Raises:
+            AuthError: the signature does not verify.
+        """
+        node, shape = self._open(principal, data, sig, "offer_spare")
+        self._start()
+        self.last_seen[principal] = clock.monotonic()
+        self.spares_[principal] = (str(node), str(shape))
+
+    async def claim_spare(self, shape: str, node: str | None) -> str | None:
+        """Takes a spare of ``shape`` whose heartbeat is fresh: on ``node`` if one is there,
+        else on any node (a spare elsewhere serves when a node is gone). Its name, or None."""
+        now = clock.monotonic()
+        fits = [h for h, (n, s) in self.spares_.items() if s == shape
+                and not heartbeat_expired(self.last_seen.get(h, 0.0), now, self.interval_s, 1)]
+        if not fits:
+            return None
+        here = [h for h in fits if self.spares_[h][0] == node]
+        taken = (here or fits)[0]
+        del self.spares_[taken]
+        return taken
+
+    async def spares(self) -> dict[str, list[str]]:
+        """The spares offered, as ``{"<node> <shape>": [host names]}``."""
+        out: dict[str, list[str]] = {}
+        for host, (node, shape) in sorted(self.spares_.items()):
+            out.setdefault(f"{node} {shape}", []).append(host)
+        return out
+
     async def check_key(self, principal: str, data: bytes, sig: Any) -> None:
         """Verifies a driver's signature, so that a driver with another deployment's keyring
         learns it when it starts.
@@ -247,6 +281,7 @@ class Registry:
         holding = {rec.host for rec in self.records.values()}
         for host in dead - holding:  # a dead host that holds nothing is forgotten
             del self.last_seen[host]
+            self.spares_.pop(host, None)
         return gone
 
     async def mark(self, principal: str, data: bytes, sig: Any) -> None:

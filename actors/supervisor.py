@@ -25,6 +25,7 @@ from reach._runtime.names import POOL_PREFIX, is_dedicated, supervisor_name
 from reach._runtime.spawner import Spawner
 from reach._runtime.tasks import TaskRunner, TaskSpec
 from reach._runtime.transport import Transport
+from reach.agent import Dedicated
 from reach.client import Link
 from reach.cluster import CallLimits, Cluster, SupervisorPort
 from reach.errors import AgentAlreadyExists, ReachError, RestartLimitExceeded
@@ -161,8 +162,10 @@ class Supervisor:
         last = self.epochs.get(spec.agent_id)
         epochs = None if last is None else {spec.agent_id: last + 1}
         try:
+            # A restart takes a warm spare host when one of its shape is ready.
             records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
-                                               spec.args, spec.kwargs, epochs=epochs)
+                                               spec.args, spec.kwargs, epochs=epochs,
+                                               warm=last is not None)
         except AgentAlreadyExists:
             orphan = await self.registry.lookup(spec.agent_id)
             if orphan is None or not orphan.host:
@@ -173,6 +176,12 @@ class Supervisor:
             epochs = {spec.agent_id: max(orphan.epoch, last or 0) + 1}
             records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
                                                spec.args, spec.kwargs, epochs=epochs)
+        if last is None and isinstance(spec.placement, Dedicated):
+            # A spare of its shape waits on its node, for its restarts (in the background).
+            topping = asyncio.get_running_loop().create_task(
+                self.spawner.keep_spares(spec.placement, records[0].node))
+            self._watchers.add(topping)
+            topping.add_done_callback(self._watchers.discard)
         return records[0]
 
     async def _evict(self, agent_id: str, host_name: str, timeout_s: float) -> None:

@@ -109,6 +109,11 @@ class HostPort(Endpoint, Protocol):
         """Agents here with their loads, transport counters and resident memory (for tools)."""
         ...
 
+    def offer_as_spare(self, shape: str) -> Awaitable[None]:
+        """Offers this empty host to the registry as a warm spare of ``shape`` (until it is
+        given agents), heartbeating so that a dead spare is never handed out for long."""
+        ...
+
 
 class RegistryPort(Protocol):
     """The registry: who is where, with which capabilities, and whether they are alive.
@@ -178,6 +183,19 @@ class RegistryPort(Protocol):
 
     def stats(self) -> Awaitable[dict[str, Any]]:
         """Counts and memory (for tools and benchmarks)."""
+        ...
+
+    def offer_spare(self, principal: str, data: bytes, sig: Any) -> Awaitable[None]:
+        """An empty host offers itself as a warm spare (signed ``[node, shape]`` by the host)."""
+        ...
+
+    def claim_spare(self, shape: str, node: str | None) -> Awaitable[str | None]:
+        """Takes a live spare of ``shape``, on ``node`` if there is one there, else on any node;
+        its name, or None."""
+        ...
+
+    def spares(self) -> Awaitable[dict[str, list[str]]]:
+        """The spares offered, as ``{"<node> <shape>": [host names]}``."""
         ...
 
 
@@ -321,10 +339,13 @@ class CallLimits:
     Attributes:
         max_hops: Longest call chain accepted.
         default_timeout_ms: Timeout of requests that give none.
+        spares: Warm spare hosts kept ready per node and resource shape of dedicated agents
+            (0: none; a dedicated agent's restart then waits for a new process).
     """
 
     max_hops: int = 16
     default_timeout_ms: int = 30_000
+    spares: int = 1
 
 
 class Cluster(Protocol):

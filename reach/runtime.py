@@ -27,7 +27,7 @@ from reach._runtime.names import (
     is_dedicated,
     supervisor_name,
 )
-from reach._runtime.spawner import Spawner
+from reach._runtime.spawner import Spawner, shape_key
 from reach._runtime.transport import Transport
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
@@ -321,7 +321,7 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
          session_path: str | None = None, session_resource: str | None = None,
          session_options: dict[str, Any] | None = None, sign: bool = True,
          encrypt: bool = False, keyring: str | Path | None = None,
-         acl: Acl | str | Path | None = None, audit_calls: bool = True,
+         acl: Acl | str | Path | None = None, audit_calls: bool = True, spares: int = 1,
          **ray_init_kwargs: Any) -> Runtime:
     """Connects to Ray (starting a local one when none is running) and finds reach's actors.
 
@@ -347,6 +347,9 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         acl: Who may call which capabilities: an :class:`~policies.acl.Acl` or a JSON file
             (default: everyone may call everything).
         audit_calls: Record every call's outcome in the audit log (refusals always are).
+        spares: Warm spare hosts kept ready per node, for the restarts of dedicated agents (one
+            of the default shape per node is started here; supervisors keep one of each other
+            shape in use); 0 turns them off. Each spare is an idle process (about 90 MB).
         **ray_init_kwargs: Passed to ``ray.init`` when this call starts or joins Ray.
 
     The security settings travel to every process this driver starts with the cluster handle;
@@ -375,7 +378,8 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
     cluster.start_registry(heartbeat_interval_s, heartbeat_misses, session_resource)
     where_db = Path(session_path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS)).absolute()
     cluster.start_store(str(where_db), session_resource, session_options or {})
-    runtime = Runtime(cluster, CallLimits(max_hops, default_timeout_ms), owns_ray=starts)
+    runtime = Runtime(cluster, CallLimits(max_hops, default_timeout_ms, spares),
+                      owns_ray=starts)
     data, sig = signed_call(runtime.transport.codec.guard, runtime.client.sender, ["hello"])
     try:  # a driver with another deployment's keyring learns it here, not by timeouts
         cluster.get(cluster.registry().check_key(runtime.client.sender, data, sig), 30.0)
@@ -385,6 +389,13 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
             suggestion="use the keyring file the cluster was started with "
                        "(reach.init(keyring=...) or REACH_KEYRING)",
             details=exc.details) from exc
+    if spares > 0:  # topped up: a second driver joining the cluster starts none
+        offered = cluster.get(cluster.registry().spares(), 30.0)
+        key = shape_key(Dedicated())
+        for node in [n.node_id for n in cluster.nodes() if n.alive]:
+            missing = spares - len(offered.get(f"{node} {key}", ()))
+            if missing > 0:
+                runtime.spawner.start_spares(Dedicated(), [node], missing)
     if acl is not None:
         guard = runtime.transport.codec.guard
         if guard is None:

@@ -16,6 +16,7 @@ them: its spawn fails.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
@@ -32,6 +33,10 @@ PLACEMENT_CHECK_S = 1.0
 #: How many times a dead pool host is started again before its spawn gives up, and the first wait.
 REPLACE_TRIES = 20
 REPLACE_WAIT_S = 0.05
+#: How many claimed spares that turn out dead a restart tries before it starts a new host.
+SPARE_TRIES = 3
+
+log = logging.getLogger("reach.spawner")
 
 T = TypeVar("T")
 
@@ -53,10 +58,13 @@ class Spawner:
 
     async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
                     args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
-                    epochs: dict[str, int] | None = None) -> list[AgentRecord]:
+                    epochs: dict[str, int] | None = None, warm: bool = False,
+                    ) -> list[AgentRecord]:
         """Starts agents and registers them; returns their registry records.
 
         ``epochs``: the least epoch of each new incarnation (see ``HostPort.add_agents``).
+        ``warm``: a dedicated agent takes a warm spare host when one of its shape is offered
+        (a restart: no waiting for a new process), and a new spare is started in its place.
 
         Raises:
             AgentAlreadyExists: an ID is live.
@@ -74,6 +82,11 @@ class Spawner:
                 groups.setdefault(i, []).append(agent_id)
             placed = [(hosts[i], ids, False) for i, ids in groups.items()]
         else:
+            if warm and self.limits.spares > 0 and len(agent_ids) == 1:
+                taken = await self._on_spare(cls, agent_ids[0], placement, args=args,
+                                             kwargs=kwargs, epochs=epochs)
+                if taken is not None:
+                    return taken
             demand = requirements(placement)
             if not self.placeable(demand):
                 raise unplaceable(demand, agent_ids)
@@ -109,6 +122,55 @@ class Spawner:
                           resources=dict(p.resources), node_id=node, node_strict=strict)
         return self.cluster.start_host(f"{DEDICATED_PREFIX}{secrets.token_hex(6)}", shape,
                                        self.limits)
+
+    async def _on_spare(self, cls: type[Agent], agent_id: str, p: Dedicated, *,
+                        args: Sequence[Any], kwargs: dict[str, Any] | None,
+                        epochs: dict[str, int] | None) -> list[AgentRecord] | None:
+        """Starts a dedicated agent on a warm spare of its shape (its node's, else any node's),
+        starting a new spare in its place; None when no live spare took it."""
+        key = shape_key(p)
+        registry = self.cluster.registry()
+        for _ in range(SPARE_TRIES):
+            name = await registry.claim_spare(key, p.node_id or self.cluster.node_id())
+            if name is None:
+                return None
+            try:
+                host = self.cluster.host(name)
+                records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {},
+                                                epochs)
+            except AgentUnavailable:
+                continue  # a spare that died since its last heartbeat: take another
+            except BaseException:
+                self.cluster.kill(self.cluster.host(name))
+                raise
+            self.start_spares(p, [records[0].node], 1)
+            return records
+        return None
+
+    def start_spares(self, p: Dedicated, nodes: Sequence[str], count: int) -> list[HostPort]:
+        """Starts ``count`` empty hosts of ``p``'s shape on each node (soft affinity), each
+        offering itself as a warm spare once it runs. Returns them at once."""
+        key = shape_key(p)
+        started = []
+        for node in nodes:
+            for _ in range(count):
+                shape = HostShape(num_cpus=p.num_cpus, num_gpus=p.num_gpus, memory=p.memory,
+                                  resources=dict(p.resources), node_id=node)
+                host = self.cluster.start_host(f"{DEDICATED_PREFIX}{secrets.token_hex(6)}",
+                                               shape, self.limits)
+                offered = host.offer_as_spare(key)  # the call is under way: never awaited here
+                _read_later(offered)
+                started.append(host)
+        return started
+
+    async def keep_spares(self, p: Dedicated, node: str) -> None:
+        """Tops up the warm spares of ``p``'s shape on ``node`` to the deployment's count."""
+        if self.limits.spares <= 0:
+            return
+        offered = await self.cluster.registry().spares()
+        have = len(offered.get(f"{node} {shape_key(p)}", ()))
+        if have < self.limits.spares:
+            self.start_spares(p, [node], self.limits.spares - have)
 
     def _pool(self, p: Packed) -> list[HostPort]:
         hosts = self._pools.get(p.pool)
@@ -198,6 +260,26 @@ def _read_outcome(task: asyncio.Task[HostPort]) -> None:
     """A background replacement's failure is the next spawn's to meet: read it here."""
     if not task.cancelled():
         task.exception()
+
+
+def _read_later(call: Awaitable[Any]) -> None:
+    """Reads the outcome of a call nobody awaits (a failure is logged, not lost)."""
+    def done(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("a spare host did not start: %s", future.exception())
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no event loop here (a synchronous driver): the call runs anyway
+        return
+    asyncio.ensure_future(call).add_done_callback(done)
+
+
+def shape_key(p: Dedicated) -> str:
+    """The resource shape of a dedicated placement, as spares are offered and claimed by it
+    (its node is a preference, not part of its shape)."""
+    res = ",".join(f"{k}={v:g}" for k, v in sorted(p.resources.items()))
+    return f"cpus={p.num_cpus} gpus={p.num_gpus} memory={p.memory} resources={res}"
 
 
 def least_loaded(counts: Sequence[int]) -> int:

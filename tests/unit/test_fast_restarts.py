@@ -179,3 +179,44 @@ def test_a_cached_route_of_an_older_incarnation_does_not_win_over_the_new_one() 
         assert (await rt.client.request("n-1", Ping(), timeout_ms=10_000)).value.by == "n-1"
 
     run(scenario)
+
+
+def test_a_dedicated_agents_restart_takes_a_warm_spare_and_a_new_spare_takes_its_place() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.ChildSpec(Node, "n-1")]))
+
+        async def offered() -> list[str]:
+            return [h for hosts in (await rt.cluster.registry().spares()).values()
+                    for h in hosts]
+
+        (spare,) = await eventually(offered)
+        fake.crash(await host_of(rt, "n-1"))
+        reply = await rt.client.request("n-1", Ping(), timeout_ms=10_000)
+        assert reply.value.by == "n-1"
+        assert await host_of(rt, "n-1") == spare  # no new process was waited for
+        (restart,) = (await sup.status()).restarts
+        assert restart.placement is RestartPlacement.DEDICATED
+
+        async def refilled() -> list[str]:
+            return [h for h in await offered() if h != spare]
+
+        assert await eventually(refilled)
+
+    run(scenario)
+
+
+def test_without_spares_a_dedicated_restart_starts_a_new_host() -> None:
+    from reach.cluster import CallLimits
+
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime(CallLimits(spares=0))
+        await rt.supervise(reach.SupervisorSpec("s", children=[reach.ChildSpec(Node, "n-1")]))
+        dead = await host_of(rt, "n-1")
+        fake.crash(dead)
+        assert (await rt.client.request("n-1", Ping(), timeout_ms=10_000)).value.by == "n-1"
+        assert await host_of(rt, "n-1") != dead
+        assert await rt.cluster.registry().spares() == {}
+
+    run(scenario)
