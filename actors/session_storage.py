@@ -2,6 +2,9 @@
 
 The session store actor decides (sequence numbers, compaction, pending-request states) and hands
 the storage one :class:`WriteBatch` per group commit; the storage writes it in one transaction.
+Two decisions are the transaction's own, because they must be atomic with the write: a claim's
+fencing token (the request's counter, plus one) and whether a reply commits (its token is still
+the request's latest and no reply is recorded yet); :class:`Written` reports them.
 Another database replaces SQLite by implementing :class:`SessionStorage`.
 """
 
@@ -22,7 +25,12 @@ from reach.errors import StorageError
 
 @dataclass
 class WriteBatch:
-    """Everything one group commit writes, in one transaction."""
+    """Everything one group commit writes, in one transaction.
+
+    ``claims`` are ``(request_id, agent_id, at)``; ``commits`` are ``(request_id, token,
+    agent_id, payload, schema, at)``. Commits are applied before claims: a reply that arrives
+    with a later holder's claim is not fenced off by it (that holder then gets the reply).
+    """
 
     sessions: list[tuple[str, str, str, str, float]] = field(default_factory=list)
     messages: list[tuple[str, int, str, str, str, bytes, str, float]] = field(default_factory=list)
@@ -31,12 +39,29 @@ class WriteBatch:
     pending: list[tuple[str, str, str, str, bytes, float | None, float]] = field(
         default_factory=list)
     resolutions: list[tuple[str, str, float]] = field(default_factory=list)
-    replies: list[tuple[str, str, bytes, str, float]] = field(default_factory=list)
+    claims: list[tuple[str, str, float]] = field(default_factory=list)
+    commits: list[tuple[str, int, str, bytes, str, float]] = field(default_factory=list)
     audit: list[tuple[int, float, str, str, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return (len(self.sessions) + len(self.messages) + len(self.folds) + len(self.pending)
-                + len(self.resolutions) + len(self.replies) + len(self.audit))
+                + len(self.resolutions) + len(self.claims) + len(self.commits)
+                + len(self.audit))
+
+
+@dataclass
+class Written:
+    """What writing a batch decided, each list in the order of the batch's own.
+
+    Attributes:
+        resolved: Per resolution, whether it ended an open request.
+        tokens: Per claim, the request's new fencing token (1, 2, 3... per request).
+        committed: Per commit, whether its reply is now the recorded one.
+    """
+
+    resolved: list[bool] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    committed: list[bool] = field(default_factory=list)
 
 
 class SessionStorage(Protocol):
@@ -54,8 +79,8 @@ class SessionStorage(Protocol):
     async def close(self) -> None:
         """Closes it."""
 
-    async def write(self, batch: WriteBatch) -> list[bool]:
-        """Writes a batch atomically; returns, per resolution, whether it changed an open one."""
+    async def write(self, batch: WriteBatch) -> Written:
+        """Writes a batch atomically; returns what it decided (see :class:`Written`)."""
 
     async def session(self, session_id: str) -> dict[str, Any] | None:
         """A session's row (terms, summary, folded_upto, next_seq), or None."""
@@ -102,10 +127,24 @@ CREATE INDEX IF NOT EXISTS pending_by_agent ON pending_requests(agent_id, status
 CREATE TABLE IF NOT EXISTS replies(
     request_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, payload BLOB NOT NULL,
     schema TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS claims(
+    request_id TEXT PRIMARY KEY, token INTEGER NOT NULL, agent_id TEXT NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS audit(
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,
     record TEXT NOT NULL);
 """
+
+
+async def _claim(db: aiosqlite.Connection, request_id: str, agent_id: str, at: float) -> int:
+    """Counts one more claim of a request (inside the caller's transaction); its new token."""
+    await db.execute(
+        "INSERT INTO claims(request_id, token, agent_id, at) VALUES (?, 1, ?, ?) "
+        "ON CONFLICT(request_id) DO UPDATE SET token = token + 1, agent_id = excluded.agent_id, "
+        "at = excluded.at", (request_id, agent_id, at))
+    async with db.execute("SELECT token FROM claims WHERE request_id = ?", (request_id,)) as cur:
+        row = await cur.fetchone()
+    assert row is not None  # just written, in this transaction
+    return int(row[0])
 
 
 def pack(value: Any) -> bytes:
@@ -164,10 +203,10 @@ class SqliteStorage:
             await self._db.close()
             self._db = None
 
-    async def write(self, batch: WriteBatch) -> list[bool]:
+    async def write(self, batch: WriteBatch) -> Written:
         """Writes the batch in one transaction; see :class:`SessionStorage`."""
         db = self.db
-        changed: list[bool] = []
+        written = Written()
         await db.execute("BEGIN IMMEDIATE")
         try:
             if batch.sessions:
@@ -195,11 +234,16 @@ class SqliteStorage:
                 cursor = await db.execute(
                     "UPDATE pending_requests SET status = ?, updated = ? "
                     "WHERE request_id = ? AND status = 'open'", (status, at, request_id))
-                changed.append(cursor.rowcount == 1)
-            if batch.replies:
-                await db.executemany(
+                written.resolved.append(cursor.rowcount == 1)
+            for request_id, token, agent_id, payload, schema, at in batch.commits:
+                cursor = await db.execute(
                     "INSERT OR IGNORE INTO replies(request_id, agent_id, payload, schema, at) "
-                    "VALUES (?, ?, ?, ?, ?)", batch.replies)
+                    "SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM claims "
+                    "WHERE request_id = ? AND token = ?)",
+                    (request_id, agent_id, payload, schema, at, request_id, token))
+                written.committed.append(cursor.rowcount == 1)
+            for request_id, agent_id, at in batch.claims:
+                written.tokens.append(await _claim(db, request_id, agent_id, at))
             if batch.audit:
                 await db.executemany(
                     "INSERT INTO audit(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)",
@@ -208,7 +252,7 @@ class SqliteStorage:
         except BaseException:
             await db.execute("ROLLBACK")
             raise
-        return changed
+        return written
 
     async def session(self, session_id: str) -> dict[str, Any] | None:
         """See :class:`SessionStorage`."""

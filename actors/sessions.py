@@ -5,6 +5,10 @@ one, and each caller is answered only once its write is committed. Sequence numb
 here, by the single writer, so a session's messages are numbered 1, 2, 3... with no gap and no
 clock involved. Past a threshold, the oldest messages are folded into the session's summary by
 the summariser (deterministic by default, or an agent) and dropped.
+
+An effectively-once handler's reply is fenced: its holder claims the request first and gets a
+token, and the reply commits only if no later holder claimed the request meanwhile (a failover
+away from a holder that was slow, not dead), so at most one reply is ever recorded per request.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from actors.session_storage import SessionStorage, SqliteStorage, WriteBatch, pack
+from actors.session_storage import SessionStorage, SqliteStorage, WriteBatch, Written, pack
 from policies.audit import canonical, chain_hash
 from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
 from policies.sessions import negotiate as negotiate_terms
@@ -122,7 +126,7 @@ class SessionStore:
                     staged.append(ProtocolError(f"cannot store this write: {exc}",
                                                 details={"rule": "store_encode"}))
             try:
-                changed = await self.storage.write(batch)
+                written = await self.storage.write(batch)
             except Exception as exc:
                 self.meta.clear()  # in-memory sequence numbers may be ahead: reload on next use
                 self._audit_tail = None
@@ -130,11 +134,11 @@ class SessionStore:
                     # One bad write must not fail the others: commit them one by one instead.
                     self._solo.extend(items)
                 else:
-                    _settle(items, [exc], [])
+                    _settle(items, [exc], Written())
                 continue
             self.commits += 1
             self.written += len(batch)
-            _settle(items, staged, changed)
+            _settle(items, staged, written)
 
     def _next_items(self) -> list[tuple[Stage, asyncio.Future[Any]]]:
         if self._solo:
@@ -318,10 +322,10 @@ class SessionStore:
 
     async def resolve_pending(self, request_id: str, status: str) -> bool:
         """Ends a pending request as ``answered`` or ``cancelled``; False if it had ended."""
-        def stage(batch: WriteBatch) -> Callable[[list[bool]], bool]:
+        def stage(batch: WriteBatch) -> Callable[[Written], bool]:
             index = len(batch.resolutions)
             batch.resolutions.append((request_id, status, clock.now()))
-            return lambda changed: changed[index]
+            return lambda written: written.resolved[index]
 
         result: bool = await self._commit(stage)
         return result
@@ -336,15 +340,45 @@ class SessionStore:
         await self._ready()
         return await self.storage.pending_status(request_id)
 
-    async def record_reply(self, request_id: str, agent_id: str, payload: dict[str, Any],
-                           schema: str) -> None:
-        """Records a handler's reply, so that a retry of the request gets it without a rerun."""
-        row = (request_id, agent_id, pack(payload), schema, clock.now())
+    async def claim(self, request_id: str, agent_id: str) -> int:
+        """Claims a request for ``agent_id`` to run; returns its fencing token once committed.
 
-        def stage(batch: WriteBatch) -> None:
-            batch.replies.append(row)
+        A request's tokens increase strictly (1, 2, 3...) and survive restarts: each claim
+        fences off every earlier one, whose :meth:`commit_reply` then records nothing.
+        """
+        at = clock.now()
 
-        await self._commit(stage)
+        def stage(batch: WriteBatch) -> Callable[[Written], int]:
+            index = len(batch.claims)
+            batch.claims.append((request_id, agent_id, at))
+            return lambda written: written.tokens[index]
+
+        token: int = await self._commit(stage)
+        return token
+
+    async def commit_reply(self, request_id: str, token: int, agent_id: str,
+                           payload: dict[str, Any], schema: str) -> dict[str, Any]:
+        """Records a handler's reply, so that a retry of the request gets it without a rerun,
+        if ``token`` is still the request's latest claim and no reply is recorded yet (both
+        checked in the commit that writes it).
+
+        Returns:
+            ``{"committed": bool, "reply": dict | None}``: whether this reply is now the
+            recorded one, and the recorded reply (``agent_id``, ``payload``, ``schema``), which
+            is None when a later claim fenced this one off and nothing is recorded yet.
+        """
+        at = clock.now()
+
+        def stage(batch: WriteBatch) -> Callable[[Written], bool]:
+            index = len(batch.commits)
+            batch.commits.append((request_id, token, agent_id, pack(payload), schema, at))
+            return lambda written: written.committed[index]
+
+        committed: bool = await self._commit(stage)
+        if committed:
+            return {"committed": True,
+                    "reply": {"agent_id": agent_id, "payload": payload, "schema": schema}}
+        return {"committed": False, "reply": await self.storage.reply_for(request_id)}
 
     async def reply_for(self, request_id: str) -> dict[str, Any] | None:
         """The recorded reply of a request, or None."""
@@ -399,15 +433,16 @@ class SessionStore:
 
 
 def _settle(items: list[tuple[Stage, asyncio.Future[Any]]], staged: list[Any],
-            changed: list[bool]) -> None:
-    """Answers each caller of a commit: its result, or its error."""
+            written: Written) -> None:
+    """Answers each caller of a commit: its result (read from ``written`` by a stage that
+    returned a callable), or its error."""
     for (_, future), result in zip(items, staged, strict=True):
         if future.done():
             continue
         if isinstance(result, BaseException):
             future.set_exception(result)
         else:
-            future.set_result(result(changed) if callable(result) else result)
+            future.set_result(result(written) if callable(result) else result)
 
 
 class _StaleMeta(Exception):

@@ -39,6 +39,10 @@ log = logging.getLogger("reach._runtime.runner")
 #: Schema of the empty reply of a handler that returns None.
 ACK_SCHEMA = "reach.ack@1.0"
 
+#: The audit outcome of a handler's result that was discarded because a later holder of the same
+#: request claimed it meanwhile (see :meth:`AgentRunner._once`).
+DISCARDED = "discarded: fenced by a later holder"
+
 
 class ReplySink:
     """Where the replies to one ``deliver`` call go.
@@ -76,7 +80,8 @@ class AgentRunner:
                  audit: Callable[[Envelope, str], None] | None = None) -> None:
         self.agent = agent
         self.link = link
-        # Hears each handled envelope's outcome ("ok", or "error: <code>") for the audit log.
+        # Hears each handled envelope's outcome for the audit log: "ok", "error: <code>", or
+        # DISCARDED (a result fenced off by a later holder of the same request).
         self.audit = audit
         self.inflight = 0
         self.handled = 0
@@ -154,9 +159,9 @@ class AgentRunner:
         left = env.remaining_ms(clock.now())
         try:
             async with asyncio.timeout(None if left is None else left / 1000):
-                await self._invoke(spec, ctx, message, env, sink)
+                outcome = await self._invoke(spec, ctx, message, env, sink)
             if self.audit is not None:
-                self.audit(env, "ok")
+                self.audit(env, outcome)
         except asyncio.CancelledError:
             why = self._cancelled.get(asyncio.current_task())  # type: ignore[arg-type]
             if why is not None:
@@ -177,8 +182,9 @@ class AgentRunner:
             self.handled += 1
 
     async def _invoke(self, spec: HandlerSpec, ctx: Context, message: Any, env: Envelope,
-                      sink: ReplySink) -> None:
-        """Runs the handler and sends its reply (or its chunks and end of stream)."""
+                      sink: ReplySink) -> str:
+        """Runs the handler and sends its reply (or its chunks and end of stream); returns the
+        outcome to audit."""
         fn = getattr(self.agent, spec.method)
         if spec.streaming:
             sent = 0
@@ -188,15 +194,24 @@ class AgentRunner:
             if env.msg_type is MsgType.REQUEST:
                 sink.push(env.reply({"chunks": sent}, STREAM_END_SCHEMA, sender=self.agent.id))
         elif env.msg_type is MsgType.REQUEST and (spec.once or env.session_id):
-            sink.send(await self._once(fn, ctx, message, env, spec))
+            reply, outcome = await self._once(fn, ctx, message, env, spec)
+            sink.send(reply)
+            return outcome
         else:
             result = await fn(ctx, message)
             if env.msg_type is MsgType.REQUEST:
                 sink.send(self._reply(env, spec, result))
+        return "ok"
 
     async def _once(self, fn: Any, ctx: Context, message: Any, env: Envelope,
-                    spec: HandlerSpec) -> Envelope:
-        """Runs a handler at most once per request ID; a retry gets the recorded reply."""
+                    spec: HandlerSpec) -> tuple[Envelope, str]:
+        """Runs a handler at most once per request ID; a retry gets the recorded reply.
+
+        The run is fenced: it claims the request (a token from the store) before running, and
+        its reply is recorded only if no later holder claimed the request meanwhile (a failover
+        away from this holder while it was slow, not dead). Returns the reply to send and the
+        outcome to audit: ``ok``, or :data:`DISCARDED` for a result fenced off.
+        """
         earlier = [t for t, e in self._tasks.items()
                    if e.msg_id == env.msg_id and t is not asyncio.current_task()]
         if earlier:  # the same request is running here already: wait for its recorded reply
@@ -204,11 +219,28 @@ class AgentRunner:
         store = self.link.store.port
         recorded = await store.reply_for(env.msg_id)
         if recorded is not None:
-            return env.reply(recorded["payload"], recorded["schema"], sender=self.agent.id)
+            return env.reply(recorded["payload"], recorded["schema"], sender=self.agent.id), "ok"
+        token = await store.claim(env.msg_id, self.agent.id)
         reply = self._reply(env, spec, await fn(ctx, message))
-        await store.record_reply(env.msg_id, self.agent.id, dict(reply.payload),
-                                 reply.payload_schema or "")
-        return reply
+        commit = await store.commit_reply(env.msg_id, token, self.agent.id, dict(reply.payload),
+                                          reply.payload_schema or "")
+        if commit["committed"]:
+            return reply, "ok"
+        return self._fenced(env, token, commit["reply"]), DISCARDED
+
+    def _fenced(self, env: Envelope, token: int, recorded: dict[str, Any] | None) -> Envelope:
+        """The answer of a holder whose result a later claim fenced off: the recorded reply, or
+        while the other holder has recorded none, a retryable AgentUnavailable."""
+        log.warning("discarded the result of %s for request %s (token %d, trace %s): a later "
+                    "holder claimed the request", self.agent.id, env.msg_id, token, env.trace_id)
+        if recorded is not None:
+            return env.reply(recorded["payload"], recorded["schema"], sender=self.agent.id)
+        return env.fail(AgentUnavailable(
+            f"request {env.msg_id} is being answered by another holder; {self.agent.id!r} "
+            "discarded its own result",
+            suggestion="retry under the same request ID: the retry gets the other holder's reply",
+            details={"reason": "fenced", "agent_id": self.agent.id, "request_id": env.msg_id}),
+            sender=self.agent.id)
 
     async def recover(self) -> int:
         """After a (re)start: resends or cancels the session requests this agent had pending.

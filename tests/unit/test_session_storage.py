@@ -1,7 +1,9 @@
-"""The SQLite session storage, on a real file: atomic batches, reads, folds, durability."""
+"""The SQLite session storage, on a real file: atomic batches, reads, folds, fenced replies,
+durability."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from actors.session_storage import SqliteStorage, WriteBatch, pack
+from actors.session_storage import SqliteStorage, WriteBatch, Written, pack
 from reach.errors import ReachError
 
 UNICODE = "会话 😀👍🏽 back\\slash \\n \"quoted\" \u2028 e\u0301"
@@ -39,6 +41,31 @@ def pending_row(request_id: str, *, agent_id: str = "alice", receiver: str = "bo
                 ) -> tuple[str, str, str, str, bytes, float | None, float]:
     body = envelope or {"id": request_id, "payload": {"text": "do it"}}
     return (request_id, agent_id, receiver, session_id, pack(body), deadline, updated)
+
+
+def commit_row(request_id: str, token: int, payload: Any = None, *, agent_id: str = "bob",
+               schema: str = "answer@1.0", at: float = 1000.0,
+               ) -> tuple[str, int, str, bytes, str, float]:
+    """A commits tuple in WriteBatch field order."""
+    return (request_id, token, agent_id, pack({} if payload is None else payload), schema, at)
+
+
+async def claim(storage: SqliteStorage, request_id: str, agent_id: str = "bob") -> int:
+    (token,) = (await storage.write(WriteBatch(claims=[(request_id, agent_id, 1000.0)]))).tokens
+    return token
+
+
+async def commit(storage: SqliteStorage, request_id: str, token: int, payload: Any = None,
+                 **kw: Any) -> bool:
+    written = await storage.write(WriteBatch(commits=[commit_row(request_id, token, payload,
+                                                                 **kw)]))
+    (committed,) = written.committed
+    return committed
+
+
+async def record(storage: SqliteStorage, request_id: str, payload: Any, **kw: Any) -> None:
+    """Claims a request and commits its reply (two batches: a batch commits before it claims)."""
+    assert await commit(storage, request_id, await claim(storage, request_id), payload, **kw)
 
 
 def session_with(session_id: str, count: int) -> WriteBatch:
@@ -112,8 +139,9 @@ async def test_integrity_of_a_fresh_and_of_a_written_database_is_ok(
 
 
 async def test_a_batch_of_every_kind_is_written_and_read_back(storage: SqliteStorage) -> None:
-    await storage.write(WriteBatch(pending=[pending_row("r-answered"), pending_row("r-left")]))
-    changed = await storage.write(WriteBatch(
+    await storage.write(WriteBatch(pending=[pending_row("r-answered"), pending_row("r-left")],
+                                   claims=[("r-answered", "bob", 2500.0)]))
+    written = await storage.write(WriteBatch(
         sessions=[session_row("s1", created=1234.5)],
         messages=[message_row("s1", 1, {"text": UNICODE}, sender="alice", kind="request",
                               schema="chat@1.2", at=2000.0),
@@ -121,10 +149,11 @@ async def test_a_batch_of_every_kind_is_written_and_read_back(storage: SqliteSto
         session_seq={"s1": 3},
         pending=[pending_row("r-new", deadline=99.5)],
         resolutions=[("r-answered", "answered", 3000.0)],
-        replies=[("r-answered", "bob", pack({"text": UNICODE}), "chat@1.0", 3000.0)],
+        commits=[commit_row("r-answered", 1, {"text": UNICODE}, schema="chat@1.0", at=3000.0)],
+        claims=[("r-new", "carol", 3000.0)],
     ))
 
-    assert changed == [True]
+    assert written == Written(resolved=[True], tokens=[1], committed=[True])
     assert await storage.session("s1") == {
         "session_id": "s1", "initiator": "alice", "responder": "bob", "terms": TERMS,
         "summary": "", "folded_upto": 0, "next_seq": 3, "created": 1234.5}
@@ -145,7 +174,7 @@ async def test_an_empty_batch_writes_nothing_and_reports_no_resolutions(
     storage: SqliteStorage,
 ) -> None:
     assert len(WriteBatch()) == 0
-    assert await storage.write(WriteBatch()) == []
+    assert await storage.write(WriteBatch()) == Written()
     assert await storage.session("s1") is None
 
 
@@ -153,9 +182,10 @@ def test_a_batch_counts_its_rows_but_not_its_sequence_updates() -> None:
     batch = session_with("s1", 3)
     batch.pending.append(pending_row("r1"))
     batch.resolutions.append(("r1", "answered", 1.0))
-    batch.replies.append(("r1", "bob", pack({}), "", 1.0))
+    batch.claims.append(("r1", "bob", 1.0))
+    batch.commits.append(commit_row("r1", 1))
     batch.folds.append(("s1", "summary", 1))
-    assert len(batch) == 1 + 3 + 1 + 1 + 1 + 1
+    assert len(batch) == 1 + 3 + 1 + 1 + 1 + 1 + 1
 
 
 async def test_reading_what_was_never_written_returns_none_or_nothing(
@@ -247,7 +277,7 @@ async def test_a_batch_that_breaks_a_constraint_leaves_nothing_of_itself_behind(
     storage: SqliteStorage,
 ) -> None:
     await storage.write(session_with("s1", 2))
-    await storage.write(WriteBatch(pending=[pending_row("r-old")]))
+    await storage.write(WriteBatch(pending=[pending_row("r-old")], claims=[("r-old", "bob", 1.0)]))
 
     with pytest.raises(sqlite3.IntegrityError):
         await storage.write(WriteBatch(
@@ -257,7 +287,8 @@ async def test_a_batch_that_breaks_a_constraint_leaves_nothing_of_itself_behind(
             session_seq={"s1": 4, "s2": 2},
             pending=[pending_row("r-new")],
             resolutions=[("r-old", "cancelled", 2000.0)],
-            replies=[("r-old", "bob", pack({"text": "late"}), "", 2000.0)],
+            commits=[commit_row("r-old", 1, {"text": "late"})],
+            claims=[("r-old", "carol", 2000.0)],
         ))
 
     assert await storage.session("s2") is None
@@ -270,6 +301,7 @@ async def test_a_batch_that_breaks_a_constraint_leaves_nothing_of_itself_behind(
     assert await storage.pending_status("r-new") is None
     assert await storage.pending_status("r-old") == "open"
     assert await storage.reply_for("r-old") is None
+    assert await claim(storage, "r-old") == 2  # the failed batch's claim counted for nothing
     assert await storage.integrity() == "ok"
 
 
@@ -321,8 +353,9 @@ async def test_a_resolution_changes_only_an_open_request_and_never_twice(
     storage: SqliteStorage, first: str, second: str,
 ) -> None:
     await storage.write(WriteBatch(pending=[pending_row("r1")]))
-    assert await storage.write(WriteBatch(resolutions=[("r1", first, 2.0)])) == [True]
-    assert await storage.write(WriteBatch(resolutions=[("r1", second, 3.0)])) == [False]
+    earlier = await storage.write(WriteBatch(resolutions=[("r1", first, 2.0)]))
+    later = await storage.write(WriteBatch(resolutions=[("r1", second, 3.0)]))
+    assert (earlier.resolved, later.resolved) == ([True], [False])
     assert await storage.pending_status("r1") == first
 
 
@@ -330,10 +363,10 @@ async def test_two_resolutions_of_one_request_in_one_batch_change_it_once(
     storage: SqliteStorage,
 ) -> None:
     await storage.write(WriteBatch(pending=[pending_row("r1"), pending_row("r2")]))
-    changed = await storage.write(WriteBatch(resolutions=[
+    written = await storage.write(WriteBatch(resolutions=[
         ("r1", "cancelled", 2.0), ("r1", "answered", 2.0), ("r-unknown", "answered", 2.0),
         ("r2", "answered", 2.0)]))
-    assert changed == [True, False, False, True]
+    assert written.resolved == [True, False, False, True]
     assert await storage.pending_status("r1") == "cancelled"
     assert await storage.pending_status("r2") == "answered"
 
@@ -341,9 +374,9 @@ async def test_two_resolutions_of_one_request_in_one_batch_change_it_once(
 async def test_a_request_recorded_and_resolved_in_one_batch_is_resolved(
     storage: SqliteStorage,
 ) -> None:
-    changed = await storage.write(WriteBatch(pending=[pending_row("r1")],
+    written = await storage.write(WriteBatch(pending=[pending_row("r1")],
                                              resolutions=[("r1", "answered", 2.0)]))
-    assert changed == [True]
+    assert written.resolved == [True]
     assert await storage.pending_status("r1") == "answered"
 
 
@@ -356,17 +389,106 @@ async def test_a_request_recorded_and_resolved_in_one_batch_is_resolved(
 async def test_a_reply_payload_round_trips_unchanged(
     storage: SqliteStorage, payload: dict[str, Any],
 ) -> None:
-    await storage.write(WriteBatch(replies=[("r1", "bob", pack(payload), "answer@1.0", 5.0)]))
+    await record(storage, "r1", payload)
     assert await storage.reply_for("r1") == {"agent_id": "bob", "payload": payload,
                                              "schema": "answer@1.0"}
 
 
-async def test_a_second_reply_to_the_same_request_keeps_the_first(storage: SqliteStorage) -> None:
-    await storage.write(WriteBatch(replies=[("r1", "bob", pack({"n": 1}), "", 5.0)]))
-    await storage.write(WriteBatch(replies=[("r1", "bob", pack({"n": 2}), "", 6.0)]))
+async def test_a_second_commit_after_a_reply_cannot_overwrite_it_whatever_its_token(
+    storage: SqliteStorage,
+) -> None:
+    token = await claim(storage, "r1")
+    assert await commit(storage, "r1", token, {"n": 1})
+    assert not await commit(storage, "r1", token, {"n": 2})
+    later = await claim(storage, "r1", "carol")
+    assert not await commit(storage, "r1", later, {"n": 3}, agent_id="carol")
+    assert await storage.reply_for("r1") == {"agent_id": "bob", "payload": {"n": 1},
+                                             "schema": "answer@1.0"}
+
+
+# --- fencing tokens -----------------------------------------------------------------------------
+
+
+async def test_claims_get_tokens_that_increase_strictly_per_request(
+    storage: SqliteStorage,
+) -> None:
+    written = await storage.write(WriteBatch(claims=[("r1", "bob", 1.0), ("r1", "carol", 1.0),
+                                                     ("r2", "bob", 1.0)]))
+    assert written.tokens == [1, 2, 1]
+    assert await claim(storage, "r1", "dave") == 3
+    assert await claim(storage, "r2") == 2
+
+
+async def test_a_stale_token_cannot_commit_and_the_latest_one_can(storage: SqliteStorage) -> None:
+    slow = await claim(storage, "r1", "bob")
+    fresh = await claim(storage, "r1", "carol")
+    assert not await commit(storage, "r1", slow, {"by": "bob"})
+    assert await storage.reply_for("r1") is None
+    assert await commit(storage, "r1", fresh, {"by": "carol"}, agent_id="carol")
+    assert await storage.reply_for("r1") == {"agent_id": "carol", "payload": {"by": "carol"},
+                                             "schema": "answer@1.0"}
+
+
+async def test_a_commit_without_a_claim_or_with_a_token_never_given_records_nothing(
+    storage: SqliteStorage,
+) -> None:
+    assert not await commit(storage, "r-unclaimed", 1)
+    token = await claim(storage, "r1")
+    assert not await commit(storage, "r1", token + 1)
+    assert await storage.reply_for("r-unclaimed") is None
+    assert await storage.reply_for("r1") is None
+
+
+async def test_in_one_batch_a_commit_goes_before_a_later_holders_claim(
+    storage: SqliteStorage,
+) -> None:
+    token = await claim(storage, "r1", "bob")
+    written = await storage.write(WriteBatch(commits=[commit_row("r1", token, {"by": "bob"})],
+                                             claims=[("r1", "carol", 2.0)]))
+    assert written == Written(tokens=[2], committed=[True])
+    assert not await commit(storage, "r1", 2, {"by": "carol"}, agent_id="carol")
     reply = await storage.reply_for("r1")
     assert reply is not None
-    assert reply["payload"] == {"n": 1}
+    assert reply["payload"] == {"by": "bob"}
+
+
+async def test_tokens_and_their_fences_survive_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    first = await opened(path)
+    stale = await claim(first, "r1", "bob")
+    assert await claim(first, "r1", "carol") == 2
+    await first.close()
+
+    second = await opened(path)
+    try:
+        assert not await commit(second, "r1", stale)
+        assert await claim(second, "r1", "dave") == 3
+        assert not await commit(second, "r1", 2, agent_id="carol")
+        assert await commit(second, "r1", 3, {"by": "dave"}, agent_id="dave")
+    finally:
+        await second.close()
+
+
+async def test_a_database_made_before_claims_existed_opens_and_keeps_its_replies(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "sessions.db"
+    await (await opened(path)).close()
+    with contextlib.closing(sqlite3.connect(path)) as db:  # as an older version left it
+        db.execute("DROP TABLE claims")
+        db.execute("INSERT INTO replies VALUES ('r-old', 'bob', ?, 'answer@1.0', 1.0)",
+                   (pack({"n": 1}),))
+        db.commit()
+
+    storage = await opened(path)
+    try:
+        assert await storage.reply_for("r-old") == {"agent_id": "bob", "payload": {"n": 1},
+                                                    "schema": "answer@1.0"}
+        assert not await commit(storage, "r-old", await claim(storage, "r-old"), {"n": 2})
+        await record(storage, "r-new", {"n": 3})
+        assert await storage.integrity() == "ok"
+    finally:
+        await storage.close()
 
 
 # --- folds --------------------------------------------------------------------------------------
@@ -416,8 +538,8 @@ async def test_everything_committed_is_still_there_after_close_and_reopen(
     await first.write(session_with("s1", 5))
     await first.write(WriteBatch(
         folds=[("s1", "folded 1-2", 2)],
-        pending=[pending_row("r-open", deadline=77.0), pending_row("r-done")],
-        replies=[("r-done", "bob", pack({"text": UNICODE}), "answer@1.0", 9.0)]))
+        pending=[pending_row("r-open", deadline=77.0), pending_row("r-done")]))
+    await record(first, "r-done", {"text": UNICODE})
     await first.write(WriteBatch(resolutions=[("r-done", "answered", 10.0)]))
     with pytest.raises(sqlite3.IntegrityError):
         await first.write(WriteBatch(messages=[message_row("s1", 6), message_row("s1", 3)]))
