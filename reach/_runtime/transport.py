@@ -223,10 +223,19 @@ class Transport:
     # -- receiving -----------------------------------------------------------------------------
 
     def accept(self, envelope: Envelope) -> bool:
-        """Hands a reply, chunk or error to its pending request; False if nobody waits for it."""
+        """Hands a reply, chunk or error to its pending request; False if nobody waits for it.
+
+        Only the agent the request went to (or its host, refusing it) answers it: a late reply
+        from an earlier holder of the same request ID (a task's attempt that timed out, then
+        retried elsewhere under the same ID) is not taken for the new holder's.
+        """
         request_id = envelope.request_id
         pending = self.pending.get(request_id) if request_id else None
         if pending is None or request_id is None:
+            return False
+        if envelope.sender not in (pending.receiver, pending.endpoint):
+            log.info("ignored a late reply to %s from %s (the request now waits on %s)",
+                     request_id, envelope.sender, pending.receiver)
             return False
         if pending.chunks is not None:
             if envelope.msg_type is not MsgType.EVENT:

@@ -632,3 +632,18 @@ def _running_on(fake: FakeCluster) -> str:
     """The agent supervisor ``s``'s only task runs on now."""
     (task,) = fake.process("reach.sup.s").tasks.tasks.values()
     return str(task.assigned)
+
+
+def test_a_late_reply_from_an_earlier_holder_of_the_request_id_is_not_taken_for_the_new_one(
+) -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn_many(Echo, ["a", "b"], placement=packed())
+        with pytest.raises(RequestTimeout):
+            await rt.client.request("a", Ask(text="x", sleep_s=3), msg_id="m-1", timeout_ms=1000)
+        # The same request ID, retried on b; a's reply arrives (at 3 s) while b still works.
+        reply = await rt.client.request("b", Ask(text="x", sleep_s=5), msg_id="m-1",
+                                        timeout_ms=10_000)
+        assert reply.value.by == "b"
+
+    run(scenario)
