@@ -95,12 +95,12 @@ async def killer(rt: reach.Runtime, stop: asyncio.Event, every_s: float, rng: ra
         try:
             pid = pids.get(victim.host)
             if pid is None or not _is_host(pid):
-                host = ray.get_actor(victim.host, namespace="reach")
-                pid = pids[victim.host] = (await asyncio.wait_for(host.info.remote(), 2))["pid"]
+                host = rt.cluster.host(victim.host)
+                pid = pids[victim.host] = (await asyncio.wait_for(host.info(), 2))["pid"]
             os.kill(pid, signal.SIGKILL)
             pids.pop(victim.host, None)
             kills.append({"agent": victim.agent_id, "host": victim.host, "at": time.time()})
-        except (ValueError, ProcessLookupError, TimeoutError, ray.exceptions.RayError):
+        except (ValueError, ProcessLookupError, TimeoutError, reach.ReachError):
             continue  # it died already, or is restarting: pick again next time
 
 
@@ -119,7 +119,7 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
         name, children=children, intensity=Intensity(10_000, 10),
         backoff=reach.Backoff(base_s=0.01, cap_s=0.2), seed=seed))
     timeout_ms, grace_s = 20_000, 10.0
-    results: list[dict[str, Any]] = []
+    results: list[reach.TaskResult] = []
     lost: list[str] = []
     hung = 0
     stop = asyncio.Event()
@@ -162,25 +162,25 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
     await chaos
     status = await sup.status()
     await sup.stop()
-    rt.shutdown()
-    states = collections.Counter(r["state"] for r in results)
-    reasons = collections.Counter(f"{r['error']['code']}: {r['error']['reason'][:80]}"
-                                  for r in results if r["state"] == "failed")
+    await rt.close()
+    states = collections.Counter(str(r.state) for r in results)
+    reasons = collections.Counter(f"{r.error.code}: {r.error.reason[:80]}"
+                                  for r in results if r.state == "failed" and r.error)
     latency: dict[str, list[float]] = collections.defaultdict(list)
-    for r in status["restarts"]:
-        latency[r["placement"]].append(r["latency_s"] * 1000)
+    for r in status.restarts:
+        latency[str(r.placement)].append(r.latency_s * 1000)
     return {
         "tasks": tasks, "inflight": inflight, "kill_every_ms": kill_every_ms,
         "seconds": round(wall, 2), "submitted": tasks - sum(1 for x in lost if x.startswith("sub")),
         "completed": states["completed"], "degraded": states["degraded"],
         "failed": states["failed"], "failed_reasons": dict(reasons),
-        "lost": len(lost) + sum(1 for r in results if r["state"] not in
+        "lost": len(lost) + sum(1 for r in results if r.state not in
                                 ("completed", "degraded", "failed", "cancelled")),
         "lost_detail": lost[:10], "hung": hung, "kills": len(kills),
-        "restarts": len(status["restarts"]),
+        "restarts": len(status.restarts),
         "restart_ms_p50": {k: pct(v, 50) for k, v in latency.items()},
         "restart_ms_p95": {k: pct(v, 95) for k, v in latency.items()},
-        "retries": sum(len(r["attempts"]) - 1 for r in results),
+        "retries": sum(len(r.attempts) - 1 for r in results),
     }
 
 
