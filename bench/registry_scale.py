@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import ray
-
 import reach
 
 RESULTS = Path(__file__).parent / "results"
@@ -62,18 +60,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     client_ms: list[float] = []
     for query in queries:
         t0 = time.perf_counter()
-        found, _ = await rt.registry.discover.remote(query, None, 64)
+        found, _ = await rt.cluster.registry().discover(query, None, 64)
         client_ms.append((time.perf_counter() - t0) * 1000)
         assert found, query
-    compute_ms = await rt.registry.time_discover.remote(queries[:150], 4)
+    compute_ms = await rt.cluster.registry().time_discover(queries[:150], 4)  # bench only
     cached_ms: list[float] = []
     for query in queries:
         t0 = time.perf_counter()
         await rt.client.discover(query)
         cached_ms.append((time.perf_counter() - t0) * 1000)
-    stats = await rt.registry.stats.remote()
-    hosts = [ray.get_actor(f"reach.pool.scale.{i}", namespace="reach") for i in range(args.hosts)]
-    host_rss = [i["rss_bytes"] for i in await asyncio.gather(*(h.info.remote() for h in hosts))]
+    stats = await rt.cluster.registry().stats()
+    hosts = [rt.cluster.host(f"reach.pool.scale.{i}") for i in range(args.hosts)]
+    host_rss = [i["rss_bytes"] for i in await asyncio.gather(*(h.info() for h in hosts))]
     result = {
         "agents": stats["agents"], "tags": stats["tags"], "hosts": args.hosts,
         "spawn_seconds": round(spawn_s, 2), "spawn_per_s": round(spawned / spawn_s, 1),
@@ -84,7 +82,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "registry_rss_mb": round(stats["rss_bytes"] / 2**20, 1),
         "hosts_rss_mb": [round(r / 2**20, 1) for r in host_rss],
     }
-    rt.shutdown()
+    await rt.close()
     return result
 
 

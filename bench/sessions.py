@@ -27,7 +27,9 @@ import ray
 import reach
 from actors.session_storage import SqliteStorage, WriteBatch, pack
 from actors.sessions import SessionStore
-from reach.sessions import appender
+from reach._ray import RayCluster
+from reach._runtime.store import StoreClient
+from reach.security.guard import SecurityConfig
 
 RESULTS = Path(__file__).parent / "results"
 PAYLOAD = {"text": "客户问：订单 A-1024 什么时候到？ 📦", "order_id": "A-1024"}
@@ -69,12 +71,13 @@ async def store_level(folder: Path, group_commit: bool, callers: int, per_call: 
                       messages: int, *, coalesce: bool = False) -> dict[str, Any]:
     """Appends through the SessionStore actor over Ray, ``callers`` at a time (through the
     process's coalescing appender when ``coalesce``)."""
-    store_cls: Any = SessionStore
     name = "group" if group_commit else "single"
-    store = store_cls.options(num_cpus=0, max_concurrency=10_000).remote(
-        str(folder / f"store-{name}-{per_call}-{coalesce}.db"), group_commit=group_commit,
-        compact_after=10**9)
+    cluster = RayCluster(SecurityConfig(sign=False))
+    store = ray.remote(SessionStore).options(num_cpus=0, max_concurrency=10_000).remote(
+        cluster, str(folder / f"store-{name}-{per_call}-{coalesce}.db"),
+        group_commit=group_commit, compact_after=10**9, name=f"bench.{name}")
     await store.open_session.remote("bench", "a", "b", {}, {})
+    coalescing = StoreClient(cluster, port=_Store(store))
     sent = 0
 
     async def caller(c: int) -> None:
@@ -84,7 +87,7 @@ async def store_level(folder: Path, group_commit: bool, callers: int, per_call: 
                      for k in range(per_call)]
             sent += per_call
             if coalesce:
-                await appender(store).append("bench", batch)
+                await coalescing.append("bench", batch)
             else:
                 await store.append.remote("bench", batch)
 
@@ -99,11 +102,21 @@ async def store_level(folder: Path, group_commit: bool, callers: int, per_call: 
     return result
 
 
+class _Store:
+    """The store's ``append_many`` as the coalescing client calls it (a port of one actor)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def append_many(self, appends: Any) -> Any:
+        return self._handle.append_many.remote(appends)
+
+
 async def context_read(folder: Path, size: int, reads: int) -> dict[str, Any]:
     """p95 of reading the summary and last 20 messages of a ``size``-message session."""
-    store_cls: Any = SessionStore
-    store = store_cls.options(num_cpus=0, max_concurrency=10_000).remote(
-        str(folder / "context.db"), compact_after=10**9)
+    store = ray.remote(SessionStore).options(num_cpus=0, max_concurrency=10_000).remote(
+        RayCluster(SecurityConfig(sign=False)), str(folder / "context.db"), compact_after=10**9,
+        name="bench.context")
     await store.open_session.remote("big", "a", "b", {}, {})
     for first in range(0, size, 500):
         await store.append.remote("big", [{"msg_id": f"m{n}", "sender": "a", "payload": PAYLOAD}
@@ -113,7 +126,7 @@ async def context_read(folder: Path, size: int, reads: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         ctx = await store.context.remote("big", 20)
         times.append((time.perf_counter() - t0) * 1000)
-        assert ctx["messages"][-1]["seq"] == size
+        assert ctx.messages[-1].seq == size
     ray.kill(store)
     return {"session_messages": size, "reads": reads, "p50_ms": round(statistics.median(times), 3),
             "p95_ms": p95(times)}

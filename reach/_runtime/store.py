@@ -20,11 +20,12 @@ class StoreClient:
 
     Args:
         cluster: Where the store is.
+        port: The store to use (default: the deployment's).
     """
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, port: StorePort | None = None) -> None:
         self._cluster = cluster
-        self._port: StorePort | None = None
+        self._port = port
         self._queue: list[tuple[str, list[dict[str, object]], asyncio.Future[list[int]]]] = []
         self._busy = False
 
