@@ -62,8 +62,9 @@ if _TYPE_CHECKING:
     from policies.supervision import Intensity, RestartType, Strategy
     from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
     from reach.agent import Agent, Dedicated, Packed, Placement, handler
-    from reach.client import Client, Reply
+    from reach.client import Client
     from reach.context import Context
+    from reach.replies import Reply
     from reach.runtime import Runtime, init
     from reach.security.guard import SecurityConfig
     from reach.sessions import Session
@@ -76,7 +77,7 @@ __version__ = "0.2.0"
 _LAZY = {
     "Agent": "reach.agent", "Dedicated": "reach.agent", "Packed": "reach.agent",
     "Placement": "reach.agent", "handler": "reach.agent",
-    "Client": "reach.client", "Reply": "reach.client", "Context": "reach.context",
+    "Client": "reach.client", "Reply": "reach.replies", "Context": "reach.context",
     "Runtime": "reach.runtime", "init": "reach.runtime",
     "ChildSpec": "reach.supervision", "SupervisorRef": "reach.supervision",
     "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",

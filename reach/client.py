@@ -15,8 +15,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -29,37 +28,14 @@ from reach._runtime.metrics import metrics
 from reach._runtime.store import StoreClient
 from reach._runtime.transport import STREAM_END_SCHEMA, StaleRoute, Transport
 from reach.cluster import CallLimits, Cluster
-from reach.errors import (
-    AgentUnavailable,
-    InvalidPayload,
-    ProtocolError,
-    ReachError,
-    RequestTimeout,
-    SchemaIncompatible,
-    UnknownSchema,
-)
+from reach.errors import AgentUnavailable, ProtocolError, ReachError, RequestTimeout
 from reach.protocol import Envelope, MsgType
 from reach.records import AgentRecord
-from reach.schemas import SchemaRef, schema_registry
+from reach.replies import Reply, read_reply
 
 M = TypeVar("M", bound=BaseModel)
-V = TypeVar("V")
 
 Payload = BaseModel | Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Reply(Generic[V]):
-    """A reply: the handler's result, typed, and the envelope that carried it.
-
-    Attributes:
-        value: The reply's payload as the model registered for its schema (or the model the
-            caller named with ``returns=``); a plain dict when no model is registered for it.
-        envelope: The reply envelope (trace ID, sender, schema, timestamps...).
-    """
-
-    value: V
-    envelope: Envelope
 
 
 class Link:
@@ -404,53 +380,6 @@ class Client:
             transport.forget(env.msg_id)
 
 
-def read_reply(env: Envelope, returns: type[BaseModel] | None = None) -> Reply[Any]:
-    """A reply envelope as a :class:`Reply`: its payload read as ``returns``, else as the model
-    registered for its schema (any minor of the same major), else as a dict.
-
-    Raises:
-        InvalidPayload: the payload does not validate as the model.
-        SchemaIncompatible: ``returns`` reads another schema (name or major).
-    """
-    if returns is not None:
-        declared = env.payload_schema or ""
-        reader = schema_registry.ref_of(returns)
-        return Reply(schema_registry.read(env.payload, declared, reader), env)
-    reader_ref = _reader_of(env.payload_schema)
-    if reader_ref is None:
-        return Reply(dict(env.payload), env)
-    try:
-        return Reply(schema_registry.read(env.payload, env.payload_schema or "", reader_ref), env)
-    except (InvalidPayload, SchemaIncompatible):
-        raise
-    except UnknownSchema:  # pragma: no cover - a reader found above is registered
-        return Reply(dict(env.payload), env)
-
-
-def _reader_of(declared: str | None) -> str | None:
-    """The registered ref that reads ``declared``: itself, or the newest minor of its major."""
-    if not declared:
-        return None
-    cached = _READERS.get(declared)
-    if cached is not None or declared in _READERS:
-        return cached
-    try:
-        got = SchemaRef.parse(declared)
-    except ReachError:
-        return None
-    same = [SchemaRef.parse(r) for r in schema_registry.refs()]
-    fits = sorted((r for r in same if r.name == got.name and r.major == got.major),
-                  key=lambda r: r.minor)
-    found = str(got) if got in fits else (str(fits[-1]) if fits else None)
-    if found is not None:  # an unknown schema may be registered later: not cached
-        _READERS[declared] = found
-    return found
-
-
-# Declared ref -> the registered ref that reads it (schemas are registered, never removed).
-_READERS: dict[str, str | None] = {}
-
-
 def _pick(link: Link, holders: list[AgentRecord], k: int) -> list[AgentRecord]:
     if k < 1:
         raise ProtocolError(f"fanout_limit must be at least 1, got {k}")
@@ -501,4 +430,4 @@ def _expire(future: asyncio.Future[Envelope]) -> None:
         future.set_exception(_Expired())
 
 
-__all__ = ["DEFAULT_MAX_HOPS", "Client", "Link", "Reply", "read_reply"]
+__all__ = ["DEFAULT_MAX_HOPS", "Client", "Link", "Payload"]

@@ -21,10 +21,11 @@ from pydantic import BaseModel
 from policies.backoff import poll_delay
 from policies.sessions import Terms
 from reach import clock
-from reach.client import Client, Payload, Reply, read_reply
+from reach.client import Client, Payload
 from reach.errors import AgentUnavailable, ReachError
 from reach.protocol import Envelope, new_id
 from reach.records import SessionContext, SessionResume
+from reach.replies import Reply, read_reply
 
 if TYPE_CHECKING:
     from reach.agent import Agent

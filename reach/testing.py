@@ -31,16 +31,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import pickle
-import sqlite3
 import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from reach import clock
+from reach._runtime.inline_sqlite import inline_connect
 from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
+from reach._runtime.virtual_time import EPOCH, VirtualClock, VirtualLoop
 from reach.cluster import (
     CallLimits,
     Endpoint,
@@ -57,68 +58,9 @@ from reach.security.guard import Guard, SecurityConfig, guard_for
 
 T = TypeVar("T")
 
-#: Where the virtual epoch clock starts (2026-01-01), so that deadlines look like real ones.
-EPOCH = 1_767_225_600.0
 
 _current: contextvars.ContextVar[_Proc | None] = contextvars.ContextVar("reach_fake_proc",
                                                                         default=None)
-
-
-# -- virtual time ----------------------------------------------------------------------------
-
-
-class _JumpingSelector:
-    """A selector that, instead of blocking for ``timeout``, moves the loop's clock forward."""
-
-    def __init__(self, real: Any, loop: VirtualLoop) -> None:
-        self._real = real
-        self._loop = loop
-
-    def select(self, timeout: float | None = None) -> Any:
-        events = self._real.select(0)
-        if events or timeout is None or timeout <= 0:
-            return events if events or timeout is not None else self._real.select(timeout)
-        self._loop.advance(timeout)
-        return events
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
-class VirtualLoop(asyncio.SelectorEventLoop):
-    """An event loop on virtual time: when nothing is ready, its clock jumps to the next timer.
-
-    Only in-process work may run on it: a thread (or a socket) whose result the loop awaits
-    while a timer is pending would see the timer fire first.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._virtual = 0.0
-        self._selector = _JumpingSelector(self._selector, self)  # type: ignore[has-type]
-
-    def time(self) -> float:
-        """The loop's (virtual) monotonic time."""
-        return self._virtual
-
-    def advance(self, seconds: float) -> None:
-        """Moves the clock forward."""
-        self._virtual += seconds
-
-
-class VirtualClock:
-    """:mod:`reach.clock` reading a :class:`VirtualLoop`'s time."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
-    def time(self) -> float:
-        """Virtual seconds since the epoch."""
-        return EPOCH + self._loop.time()
-
-    def monotonic(self) -> float:
-        """Virtual monotonic seconds."""
-        return self._loop.time()
 
 
 def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
@@ -281,7 +223,7 @@ class FakeCluster:
                     restarts=True)
         db = self._folder / "sessions.db"
         self._start(STORE_NAME, lambda: SessionStore(
-            self, str(db), storage=SqliteStorage(db, connect=_inline_connect)),
+            self, str(db), storage=SqliteStorage(db, connect=inline_connect)),
             self.driver_node, restarts=True)
 
     def runtime(self, limits: CallLimits | None = None) -> Any:
@@ -514,65 +456,6 @@ async def _as_coroutine(fn: Callable[..., Any], args: tuple[Any, ...],
     if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
         return await result
     return result
-
-
-# -- SQLite on the loop's own thread ---------------------------------------------------------
-
-
-class _InlineCursor:
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
-        self._cursor = cursor
-        self.rowcount = cursor.rowcount
-
-    async def fetchone(self) -> Any:
-        return self._cursor.fetchone()
-
-    async def fetchall(self) -> list[Any]:
-        return self._cursor.fetchall()
-
-
-class _InlineStatement:
-    """``db.execute(...)``: awaitable (a cursor) and an async context manager (a cursor)."""
-
-    def __init__(self, run: Callable[[], sqlite3.Cursor]) -> None:
-        self._run = run
-
-    def __await__(self) -> Any:
-        return self._cursor().__await__()
-
-    async def _cursor(self) -> _InlineCursor:
-        return _InlineCursor(self._run())
-
-    async def __aenter__(self) -> _InlineCursor:
-        return _InlineCursor(self._run())
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-class _InlineConnection:
-    """The part of aiosqlite's connection the session storage uses, run inline (no thread), so
-    that a :class:`VirtualLoop` never waits on a thread while its clock could jump."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def execute(self, sql: str, args: Iterable[Any] = ()) -> _InlineStatement:
-        return _InlineStatement(lambda: self._db.execute(sql, tuple(args)))
-
-    def executemany(self, sql: str, rows: Iterable[Any]) -> _InlineStatement:
-        return _InlineStatement(lambda: self._db.executemany(sql, rows))
-
-    async def executescript(self, script: str) -> None:
-        self._db.executescript(script)
-
-    async def close(self) -> None:
-        self._db.close()
-
-
-async def _inline_connect(path: Path, isolation_level: None = None) -> _InlineConnection:
-    del path  # in memory: a fake cluster's store lives as long as its test
-    return _InlineConnection(sqlite3.connect(":memory:", isolation_level=isolation_level))
 
 
 __all__ = ["EPOCH", "FakeCluster", "VirtualClock", "VirtualLoop", "run"]

@@ -7,9 +7,9 @@ import pytest
 from pydantic import BaseModel
 
 import reach
-from reach.client import Reply, read_reply
 from reach.errors import InvalidPayload, SchemaIncompatible
 from reach.protocol import Envelope
+from reach.replies import Reply, read_reply
 
 
 @reach.schema("replies.status@1.0")
