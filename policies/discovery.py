@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 _SEPARATORS = re.compile(r"[._\-\s/:]+")
 _WILDCARD = re.compile(r"(.*?)[._\-\s/:]+\*")
@@ -221,13 +221,30 @@ def close_matches(query: str, tags: Iterable[str], n: int = 3) -> list[str]:
     return [tag for _, form in scored for tag in sorted(by_form[form])][:n]
 
 
+class Loaded(Protocol):
+    """Anything with an agent ID and a load (a :class:`Candidate`, a registry record)."""
+
+    @property
+    def agent_id(self) -> str:
+        """The agent's ID."""
+        ...
+
+    @property
+    def load(self) -> int:
+        """Its in-flight requests, as last reported."""
+        ...
+
+
+L = TypeVar("L", bound=Loaded)
+
+
 def pick_least_loaded(
-    candidates: Sequence[Candidate],
+    candidates: Sequence[L],
     k: int,
     *,
     local_load: Mapping[str, int] | None = None,
     tiebreak: int = 0,
-) -> list[Candidate]:
+) -> list[L]:
     """Returns the ``k`` least loaded candidates, spreading equal loads round-robin.
 
     An agent's load is ``c.load`` plus the caller's own in-flight count to it from
@@ -237,7 +254,7 @@ def pick_least_loaded(
     loaded agents in turn.
 
     Args:
-        candidates: The agents to choose from.
+        candidates: The agents to choose from (anything with ``agent_id`` and ``load``).
         k: How many to pick.
         local_load: The caller's in-flight requests per agent ID.
         tiebreak: A counter the caller advances between calls.
@@ -249,17 +266,25 @@ def pick_least_loaded(
     if k <= 0 or not candidates:
         return []
     extra = local_load or {}
-    by_id = sorted(candidates, key=lambda c: c.agent_id)
+    by_id = sorted(candidates, key=_agent_id)
     n = len(by_id)
-    ranked = sorted(
-        range(n),
-        key=lambda i: (by_id[i].load + extra.get(by_id[i].agent_id, 0), (i - tiebreak) % n),
-    )
-    return [by_id[i] for i in ranked[:k]]
+
+    def rank(i: int) -> tuple[int, int]:
+        c = by_id[i]
+        return c.load + extra.get(c.agent_id, 0), (i - tiebreak) % n
+
+    if k == 1:  # the common case, on every send by capability: one pass, no sort
+        return [by_id[min(range(n), key=rank)]]
+    return [by_id[i] for i in sorted(range(n), key=rank)[:k]]
+
+
+def _agent_id(c: Loaded) -> str:
+    return c.agent_id
 
 
 __all__ = [
     "Candidate",
+    "Loaded",
     "MatchKind",
     "close_matches",
     "description_score",

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 
 from policies.backoff import poll_delay
-from policies.discovery import Candidate, pick_least_loaded
+from policies.discovery import pick_least_loaded
 from policies.routing import DEFAULT_MAX_HOPS, check_hops, child_timeout_ms
 from reach import clock
 from reach._runtime.directory import NOTIFY_HOLD_S, PICK_FROM, Directory
@@ -383,10 +383,7 @@ class Client:
 def _pick(link: Link, holders: list[AgentRecord], k: int) -> list[AgentRecord]:
     if k < 1:
         raise ProtocolError(f"fanout_limit must be at least 1, got {k}")
-    by_id = {h.agent_id: h for h in holders}
-    cands = [Candidate(h.agent_id, h.capabilities, h.description, True, h.load) for h in holders]
-    chosen = pick_least_loaded(cands, k, local_load=link.inflight, tiebreak=link.next_tiebreak())
-    return [by_id[c.agent_id] for c in chosen]
+    return pick_least_loaded(holders, k, local_load=link.inflight, tiebreak=link.next_tiebreak())
 
 
 async def _until(future: asyncio.Future[Envelope], env: Envelope) -> Envelope:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.discovery import Candidate, pick_least_loaded
+from policies.discovery import pick_least_loaded
 from policies.tasks import (
     FINAL_STATE,
     TERMINAL,
@@ -278,9 +278,7 @@ class TaskRunner:
         fresh = [h for h in holders if h.agent_id not in tried] or holders
         if fresh is holders:
             tried.clear()  # every holder failed once: start another round
-        cands = [Candidate(h.agent_id, h.capabilities, h.description, True, h.load)
-                 for h in fresh]
-        (best,) = pick_least_loaded(cands, 1, local_load=self.link.inflight,
+        (best,) = pick_least_loaded(fresh, 1, local_load=self.link.inflight,
                                     tiebreak=self.link.next_tiebreak())
         return best.agent_id
 
