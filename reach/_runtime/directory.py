@@ -38,6 +38,8 @@ log = logging.getLogger("reach._runtime.directory")
 
 T = TypeVar("T")
 _HoldersKey = tuple[str, str | None, int | None]
+#: A capability's best online holders, the close tags when there are none, and when it expires.
+_Holders = tuple[list[AgentRecord], list[str], float]
 
 
 class Directory:
@@ -55,9 +57,11 @@ class Directory:
         # new or newer (an older incarnation's record, from a stale answer, never wins).
         self._routes: dict[str, tuple[str, int, float]] = {}
         self._principals: dict[str, tuple[tuple[str, ...], float]] = {}
-        self._holders: dict[_HoldersKey, tuple[list[AgentRecord], list[str], float]] = {}
+        self._holders: dict[_HoldersKey, _Holders] = {}
         # Invariant: at most one registry call per key is in flight; callers of the key share it.
         self._flights: dict[object, asyncio.Future[Any]] = {}
+        # Invariant: the refresh of a key's holders under way (or the last one, done).
+        self._refreshing: dict[_HoldersKey, asyncio.Task[_Holders]] = {}
         self.lookups = 0
 
     async def _once(self, key: object, call: Callable[[], Awaitable[T]],
@@ -203,10 +207,9 @@ class Directory:
         key = (capability, text, limit)
         hit = self._holders.get(key)
         if hit is None or not hit[0]:
-            hit = await self._refresh(key)
-        elif hit[2] <= clock.monotonic() and ("holders", key) not in self._flights:
-            refresh = asyncio.ensure_future(self._refresh(key))
-            refresh.add_done_callback(_quiet)
+            hit = await asyncio.shield(self._refresh_once(key))
+        elif hit[2] <= clock.monotonic():
+            self._refresh_once(key)  # served stale meanwhile
         records, close, _ = hit
         if not records:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -217,7 +220,16 @@ class Directory:
             )
         return records
 
-    async def _refresh(self, key: _HoldersKey) -> tuple[list[AgentRecord], list[str], float]:
+    def _refresh_once(self, key: _HoldersKey) -> asyncio.Task[_Holders]:
+        """The refresh of a holder list under way, started if none is (one per key: every
+        caller until it ends shares it, its registry call and its learning of routes)."""
+        task = self._refreshing.get(key)
+        if task is None or task.done():
+            task = self._refreshing[key] = asyncio.ensure_future(self._refresh(key))
+            task.add_done_callback(_quiet)
+        return task
+
+    async def _refresh(self, key: _HoldersKey) -> _Holders:
         capability, text, limit = key
         records, close = await self._once(
             ("holders", key), lambda: self.registry.discover(capability, text, limit), None)
