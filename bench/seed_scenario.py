@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -127,7 +126,7 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
 
     async def send(i: int) -> Any:
         reply = await rt.client.request(ids[i % AGENTS], item)
-        assert reply.payload["qty"] == 4
+        assert reply.value.qty == 4
         return reply
 
     await drive(send, min(total, 500), inflight)  # warm-up
@@ -163,7 +162,7 @@ async def contestant(args: argparse.Namespace) -> dict[str, Any]:
     # Fresh hosts every round: every contestant starts as the first one did.
     placement = reach.Packed(pool=name, size=2) if kind == "packed" else reach.Dedicated()
     result = await run_reach(rt, placement, name, args.messages, args.inflight)
-    rt.shutdown()
+    await rt.close()
     return result
 
 
@@ -203,8 +202,7 @@ def run_contestant(name: str, address: str, args: argparse.Namespace, round_: in
     cmd = [sys.executable, __file__, "--contestant", name, "--address", address,
            "--messages", str(args.messages), "--inflight", str(args.inflight),
            "--round", str(round_)]
-    env = {k: v for k, v in os.environ.items() if k != "REACH_SECURITY"}
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     last = out.stdout.strip().splitlines()[-1]
     result: dict[str, Any] = json.loads(last)
     return result
@@ -240,7 +238,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
           f"packed {results['packed']['x_raw']}x raw")
     print("cost of security vs packed: " + ", ".join(
         f"{name} {results[name]['overhead_vs_packed']:.0%}" for name in secured))
-    rt.shutdown()
+    await rt.close()
     return results
 
 
