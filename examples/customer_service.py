@@ -1,7 +1,7 @@
 """Customer service under a supervisor: a router hands each question to an order, logistics or
 refund agent, found by capability, and every answer comes back with its trace ID.
 
-The agents are the ones of the demo scenario (:mod:`reach.customer_service`); here they run as
+The agents are the ones of the demo scenario (:mod:`reach.tools.customer_service`); here they run as
 the children of one supervisor, which restarts any of them that dies. Every answer is
 deterministic (no model calls).
 
@@ -23,7 +23,7 @@ import os
 import sys
 
 import reach
-from reach.customer_service import (
+from reach.tools.customer_service import (
     QUESTIONS,
     Answer,
     LogisticsAgent,

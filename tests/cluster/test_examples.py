@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reach.customer_service import QUESTIONS, classify
+from reach.tools.customer_service import QUESTIONS, classify
 
 pytestmark = pytest.mark.cluster
 

@@ -242,7 +242,7 @@ async def test_a_payload_the_store_cannot_encode_is_refused_not_hung(rt: Any) ->
 async def test_concurrent_audit_writes_keep_one_unbroken_chain(
     rt: Any, sessions_db: Path
 ) -> None:
-    from reach import audit
+    from reach.tools import audit
 
     batches = [[{"caller": f"c{i}", "callee": "x", "capability": "", "msg_type": "test",
                  "outcome": "ok", "trace_id": f"audit-storm-{i}"}] * 3 for i in range(20)]

@@ -18,9 +18,10 @@ from support_agents import Echo, Life, Recorder, Slow, Text, Worker
 
 import reach
 from policies.tasks import TaskState
-from reach import ChildSpec, Intensity, SupervisorSpec, status
+from reach import ChildSpec, Intensity, SupervisorSpec
 from reach.records import AgentStatus, SupervisorState
-from reach.status import ChildRow, ClusterStatus, SupervisorNode
+from reach.tools import status
+from reach.tools.status import ChildRow, ClusterStatus, SupervisorNode
 
 pytestmark = pytest.mark.integration
 
@@ -130,7 +131,7 @@ def test_the_reach_status_command_reports_a_running_cluster_from_another_process
     rt: Any, cluster: Any
 ) -> None:
     env = {**os.environ, "RAY_ADDRESS": cluster.address}
-    done = subprocess.run([sys.executable, "-m", "reach.cli", "status", "--limit", "0"],
+    done = subprocess.run([sys.executable, "-m", "reach.tools.cli", "status", "--limit", "0"],
                           capture_output=True, text=True, encoding="utf-8", env=env,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr

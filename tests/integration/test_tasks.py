@@ -234,7 +234,7 @@ async def test_waiting_on_an_unknown_task_is_task_not_found(rt: Any) -> None:
 async def test_supervisor_decisions_are_in_the_verifiable_audit_log(
     rt: Any, sessions_db: Any
 ) -> None:
-    from reach import audit
+    from reach.tools import audit
 
     sup = await rt.supervise(SupervisorSpec("t-audited", backoff=FAST, children=[
         ChildSpec(Worker, "t-audited-1", placement=reach.Packed(pool="tasks"))]))

@@ -9,9 +9,9 @@ import pytest
 
 from actors.session_storage import SqliteStorage, WriteBatch
 from policies.audit import GENESIS, canonical, chain_hash
-from reach import audit
-from reach.cli import main
 from reach.errors import StorageError
+from reach.tools import audit
+from reach.tools.cli import main
 
 
 async def write_log(path: Path, count: int) -> None:

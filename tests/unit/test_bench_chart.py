@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from reach import benchchart
-from reach.cli import main
+from reach.tools import benchchart
+from reach.tools.cli import main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

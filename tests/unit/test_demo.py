@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reach import __version__, demo
-from reach.cli import main
+from reach import __version__
+from reach.tools import demo
+from reach.tools.cli import main
 
 
 def test_the_demo_round_trips_an_envelope_and_refuses_every_bad_input(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reach.cli import main
 from reach.security.keys import Keyring
+from reach.tools.cli import main
 
 
 def test_keyring_is_created_once_then_reused_and_rotated(

@@ -12,9 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from reach import status
 from reach._runtime.names import supervisor_name
-from reach.cli import main
 from reach.cluster import NodeInfo
 from reach.errors import AgentNotFound, AgentUnavailable, ConfigError
 from reach.records import (
@@ -28,7 +26,9 @@ from reach.records import (
     SupervisorState,
     SupervisorStatus,
 )
-from reach.status import AgentRow, ChildRow, ClusterStatus, SupervisorNode
+from reach.tools import status
+from reach.tools.cli import main
+from reach.tools.status import AgentRow, ChildRow, ClusterStatus, SupervisorNode
 
 NODE_A = "5c1e0a9b" + "0" * 48
 NODE_B = "77aa01ff" + "1" * 48

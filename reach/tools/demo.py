@@ -1,7 +1,6 @@
-"""The demo: envelopes built, validated, encoded, decoded, and a malformed one refused.
-
-Later the runtime grows this into the customer-service scenario; for now it shows the protocol a
-user's agents will speak.
+"""The demo's first part: envelopes built, validated, encoded, decoded, and malformed ones
+refused (``reach demo`` then runs the customer-service scenario of
+:mod:`reach.tools.customer_service` on Ray).
 """
 
 from __future__ import annotations

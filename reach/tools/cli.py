@@ -37,7 +37,7 @@ QUIET_S = 15.0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from reach import demo
+    from reach.tools import demo
 
     print("== envelopes: built, validated, encoded, decoded, refused ==")
     demo.run()
@@ -57,7 +57,7 @@ def _demo(args: argparse.Namespace) -> int:
 async def _customer_service(rt: Runtime) -> None:
     """Runs the customer service demo, then closes the runtime in the same event loop (so
     that what it sent leaves and its reply poller ends)."""
-    from reach import customer_service
+    from reach.tools import customer_service
 
     try:
         await customer_service.run(rt)
@@ -66,8 +66,9 @@ async def _customer_service(rt: Runtime) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from reach import _ray, status
+    from reach import _ray
     from reach.errors import ReachError
+    from reach.tools import status
 
     try:
         address = status.connect(args.address)
@@ -96,7 +97,7 @@ def _one_line(error: Exception) -> str:
 
 def _bench(args: argparse.Namespace) -> int:
     try:
-        from reach import benchchart
+        from reach.tools import benchchart
     except ImportError as exc:  # matplotlib is an extra: only the chart needs it
         print(f"reach bench: the chart needs matplotlib ({exc}); install reach[bench]",
               file=sys.stderr)
@@ -189,8 +190,8 @@ def _kept_apart(full: Path, quick: Path, name: str) -> Iterator[None]:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from reach import audit
     from reach.errors import StorageError
+    from reach.tools import audit
 
     try:
         if args.action == "verify":

@@ -1,0 +1,616 @@
+"""Restart latency: from an agent's death to its new incarnation's first reply, as a caller sees it.
+
+Contestants, all in one Ray, taking turns death by death (the order rotates every round):
+
+- packed:          a supervised agent in a pool of 2 hosts; its host dies, it moves to the other
+                   live host (the dead one is started again, empty, in the background);
+- dedicated_spare: a supervised dedicated agent, ``reach.init(spares=1)``: its restart takes a
+                   warm spare host (and a new spare is started in its place);
+- dedicated_cold:  the same with no spare (a second runtime, ``reach.init(spares=0)``, whose
+                   supervisor's spawner starts a new host process for the restart);
+- ray:             a plain ``@ray.remote(max_restarts=-1)`` async actor restarted by Ray itself,
+                   the anchor.
+
+Two kinds of death, ``--restarts`` of each per contestant: ``sigkill`` (the driver SIGKILLs the
+process that holds the agent, timed just before ``os.kill``) and ``crash`` (the agent's own
+handler calls ``os._exit(1)``, timed by the handler's clock just before it, written to a file;
+the time from the driver sending the crash request to that moment is reported beside it).
+
+The caller starts a request every 2 ms (``--probe-every``), each with a 2 s timeout, never
+waiting for the earlier ones, until the first reply from a new incarnation (the reply names its
+process and a token drawn by each incarnation): the latency is that reply's arrival minus the
+death. (Probing costs the driver CPU, as a busy caller would: on a small machine the restarts
+share its cores with it, and each death's ``busy`` share of the machine is recorded.) Every death
+starts from the steady state: the supervisor has recorded the previous restart, the pool's two
+hosts answer, a warm spare is offered (for the spare contestant), and the previous restart is
+out of the supervisor's intensity period (``Intensity(1000, 1 s)``, default backoff), so each
+restart is the first in its window, immediate as for an isolated failure (repeated restarts
+within the period back off by design: that would measure the backoff, not the restart).
+Security is reach's default (signed, audited).
+
+Prints p50/p95/max per contestant and kind, when the supervisor detected the death (``detect``)
+and its own restart latency (detection to running again, from its ``RestartRecord``: a restart
+that needed several attempts counts from the last one's), the speedups against Ray's restart
+and the goals (packed p50 <= 50 ms, p95 <= 150 ms; dedicated with a spare p50 <= 100 ms,
+p95 <= 300 ms; both at least 10x faster than Ray's restart at p50); writes
+bench/results/restart.json, or with ``--quick`` (5 deaths of each kind)
+bench/results/quick/restart.json. Exits non-zero if an agent did not come back. Other Ray
+instances on the machine disturb the figures: the number of raylets seen during the run is
+reported, and so is the commit (hosts started during the run import the code on disk: an edit
+made meanwhile is what they run).
+Run: ``python bench/restart.py [--restarts N] [--probe-every MS] [--address ADDR] [--logs]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import ray
+from pydantic import BaseModel
+
+import reach
+from reach import ChildSpec, Intensity, SupervisorSpec
+from reach._runtime.names import POOL_PREFIX
+
+RESULTS = Path(__file__).parent / "results"
+KINDS = ("sigkill", "crash")
+CONTESTANTS = ("packed", "dedicated_spare", "dedicated_cold", "ray")
+#: A new probe request leaves this often (by default), each with this timeout.
+PROBE_EVERY_MS = 2.0
+PROBE_TIMEOUT_S = 2.0
+#: How long the probes still out after the first new reply may take before they are ended.
+PROBE_GRACE_S = 0.3
+#: Longest wait for a new incarnation, and for the steady state after it.
+BACK_WITHIN_S = 30.0
+SETTLE_WITHIN_S = 30.0
+#: The supervisors' intensity period: a death waits until the previous restart is out of it.
+PERIOD_S = 1.0
+#: The goals: (p50, p95) in ms, and how much faster than Ray's restart (at p50).
+GOALS = {"packed": (50.0, 150.0), "dedicated_spare": (100.0, 300.0)}
+SPEEDUP_GOAL = 10.0
+
+
+@reach.schema("bench.restart.ping@1.0")
+class Ping(BaseModel):
+    pass
+
+
+@reach.schema("bench.restart.crash@1.0")
+class Crash(BaseModel):
+    mark: str
+
+
+@reach.schema("bench.restart.incarnation@1.0")
+class Incarnation(BaseModel):
+    pid: int
+    token: str
+
+
+def crash_now(mark: str) -> None:
+    """Writes this moment (epoch seconds) to ``mark``, then ends this process at once."""
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, repr(time.time()).encode("ascii"))
+    os.close(fd)
+    os._exit(1)
+
+
+class Victim(reach.Agent):
+    capabilities = ("bench.restart",)
+    description = "Says which incarnation it is; crashes its own process on request."
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(8)
+
+    @reach.handler(Ping, returns=Incarnation)
+    async def ping(self, ctx: reach.Context, _: Ping) -> Incarnation:
+        return Incarnation(pid=os.getpid(), token=self.token)
+
+    @reach.handler(Crash, returns=Incarnation)
+    async def crash(self, ctx: reach.Context, c: Crash) -> Incarnation:
+        crash_now(c.mark)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+@ray.remote(max_restarts=-1)
+class RayVictim:
+    """Ray's own restart, the anchor: the same two methods on a plain async actor."""
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(8)
+
+    async def ping(self) -> tuple[int, str]:
+        return os.getpid(), self.token
+
+    async def crash(self, mark: str) -> None:
+        crash_now(mark)
+
+
+class Contestant(Protocol):
+    name: str
+
+    async def ping(self) -> tuple[int, str]:
+        """The current incarnation's (pid, token), within the probe timeout."""
+        ...
+
+    def crash(self, mark: str) -> asyncio.Future[Any]:
+        """Sends the crash request (its outcome, a failure, is the caller's to read)."""
+        ...
+
+    def is_process(self, pid: int) -> bool:
+        """Whether ``pid`` is (still) this contestant's kind of process (never kill on a guess)."""
+        ...
+
+    async def ready(self) -> dict[str, Any] | None:
+        """The restart's record once the steady state is back, else None (not yet)."""
+        ...
+
+    async def quiet_after(self) -> float:
+        """Epoch seconds before which the next death would not be the first in its window."""
+        ...
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+class ReachVictim:
+    """A supervised Victim agent, placed as its contestant says."""
+
+    def __init__(self, name: str, rt: reach.Runtime, sup: reach.SupervisorRef, agent_id: str,
+                 *, pool: str | None = None, spare: bool = False) -> None:
+        self.name, self.rt, self.sup, self.agent_id = name, rt, sup, agent_id
+        self.pool, self.spare = pool, spare
+        self.seen = 0  # restarts of this agent recorded by its supervisor so far
+
+    async def ping(self) -> tuple[int, str]:
+        reply = await self.rt.client.request(self.agent_id, Ping(), returns=Incarnation,
+                                             timeout_ms=int(PROBE_TIMEOUT_S * 1000))
+        return reply.value.pid, reply.value.token
+
+    def crash(self, mark: str) -> asyncio.Future[Any]:
+        return asyncio.ensure_future(self.rt.client.request(
+            self.agent_id, Crash(mark=mark), timeout_ms=int(PROBE_TIMEOUT_S * 1000)))
+
+    def is_process(self, pid: int) -> bool:
+        return b"AgentHost" in cmdline(pid)
+
+    async def _restarts(self) -> list[reach.RestartRecord]:
+        status = await self.sup.status()
+        return [r for r in status.restarts if r.child == self.agent_id]
+
+    async def ready(self) -> dict[str, Any] | None:
+        mine = await self._restarts()
+        if len(mine) <= self.seen:
+            return None
+        if self.pool is not None and not await self._pool_up():
+            return None
+        if self.spare and not await self._spare_offered():
+            return None
+        self.seen = len(mine)
+        last = mine[-1]
+        return {"supervisor_ms": round(last.latency_s * 1000, 2), "running_at": last.at,
+                "placement": str(last.placement), "reason": last.reason}
+
+    async def _pool_up(self) -> bool:
+        """Whether both hosts of the pool answer (a dead one is started again in the
+        background: the next death must find two)."""
+        for i in range(2):
+            name = f"{POOL_PREFIX}{self.pool}.{i}"
+            self.rt.cluster.forget(name)  # a cached port may be the dead one's
+            try:
+                await asyncio.wait_for(_awaited(self.rt.cluster.host(name).count()), 2)
+            except (reach.ReachError, TimeoutError):
+                return False
+        return True
+
+    async def _spare_offered(self) -> bool:
+        offered = await self.rt.cluster.registry().spares()
+        return sum(len(names) for names in offered.values()) >= 1
+
+    async def quiet_after(self) -> float:
+        mine = await self._restarts()
+        return mine[-1].at + PERIOD_S if mine else 0.0
+
+
+class RayAnchor:
+    """Ray's actor restart: no supervisor, no steady state to wait for beyond the reply."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        self.actor = RayVictim.remote()  # type: ignore[attr-defined]
+
+    async def ping(self) -> tuple[int, str]:
+        pid, token = await asyncio.wait_for(_awaited(self.actor.ping.remote()), PROBE_TIMEOUT_S)
+        return int(pid), str(token)
+
+    def crash(self, mark: str) -> asyncio.Future[Any]:
+        return asyncio.ensure_future(_awaited(self.actor.crash.remote(mark)))
+
+    def is_process(self, pid: int) -> bool:
+        return b"RayVictim" in cmdline(pid)
+
+    async def ready(self) -> dict[str, Any] | None:
+        return {}
+
+    async def quiet_after(self) -> float:
+        return 0.0
+
+
+async def _awaited(call: Any) -> Any:
+    return await call
+
+
+@dataclass
+class Death:
+    """One death and the return that followed it."""
+
+    contestant: str
+    kind: str
+    ms: float | None = None  # death to the first reply of the new incarnation
+    probes: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    sent_to_crash_ms: float | None = None  # crash only: request sent to os._exit
+    settle_ms: float | None = None  # first new reply to the steady state
+    busy: float | None = None  # the machine's CPU busy share from the death to the return
+    supervisor: dict[str, Any] = field(default_factory=dict)
+    #: The last failure of each type the probes met: (ms after the death, its message).
+    last_errors: dict[str, tuple[float, str]] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class Probing:
+    """What the caller saw while probing: the first new reply, the probes, their failures."""
+
+    arrived: float | None = None  # epoch seconds: the first reply of the new incarnation
+    probes: int = 0
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: The last failure of each type: (epoch seconds, its message).
+    last_error: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+
+async def until_new(c: Contestant, old_token: str, every_s: float) -> Probing:
+    """Probes every ``every_s`` until a reply from an incarnation other than ``old_token``
+    (for at most BACK_WITHIN_S)."""
+    loop = asyncio.get_running_loop()
+    first: asyncio.Future[float] = loop.create_future()
+    seen = Probing()
+    errors = seen.errors
+
+    async def probe() -> None:
+        try:
+            _, token = await c.ping()
+        except Exception as exc:  # a failed probe is counted: the next one may succeed
+            errors[type(exc).__name__] += 1
+            seen.last_error[type(exc).__name__] = (time.time(), str(exc)[:300])
+            return
+        arrived = time.time()
+        if token != old_token and not first.done():
+            first.set_result(arrived)
+
+    probes: list[asyncio.Task[None]] = []
+    end = time.monotonic() + BACK_WITHIN_S
+    while not first.done() and time.monotonic() < end:
+        probes.append(loop.create_task(probe()))
+        await asyncio.wait({first}, timeout=every_s)
+    # The probes still out end by themselves shortly (a reach probe waiting for the restart is
+    # answered), or not before their timeout (some of Ray's): those are ended here, counted.
+    _, late = await asyncio.wait(probes, timeout=PROBE_GRACE_S)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    if late:
+        errors["unanswered"] += len(late)
+    seen.arrived = first.result() if first.done() else None
+    seen.probes = len(probes)
+    return seen
+
+
+async def die_and_return(c: Contestant, kind: str, marks: Path, every_s: float) -> Death:
+    """Kills ``c`` once (``kind``), measures its return, waits for the steady state."""
+    death = Death(c.name, kind)
+    wait = await c.quiet_after() - time.time()
+    if wait > 0:  # the previous restart is still in the intensity period
+        await asyncio.sleep(wait)
+    pid, token = await c.ping()
+    before = cpu_times()
+    crash: asyncio.Future[Any] | None = None
+    mark = marks / f"{c.name}-{secrets.token_hex(4)}"
+    if kind == "sigkill":
+        if not c.is_process(pid):
+            death.note = f"pid {pid} is not the agent's process"
+            return death
+        died = time.time()
+        os.kill(pid, signal.SIGKILL)
+    else:
+        sent = time.time()
+        crash = c.crash(str(mark))
+    seen = await until_new(c, token, every_s)
+    arrived, death.probes, death.errors = seen.arrived, seen.probes, dict(seen.errors)
+    death.busy = busy_since(before)
+    if crash is not None:
+        await asyncio.gather(crash, return_exceptions=True)  # it fails: its process died
+        try:
+            died = float(mark.read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            death.note = "the crash left no mark"
+            return death
+        death.sent_to_crash_ms = round((died - sent) * 1000, 2)
+    if arrived is None:
+        death.note = f"no new incarnation within {BACK_WITHIN_S:.0f} s"
+        return death
+    death.ms = round((arrived - died) * 1000, 2)
+    end = time.monotonic() + SETTLE_WITHIN_S
+    while (record := await c.ready()) is None:
+        if time.monotonic() > end:
+            death.note = f"no steady state within {SETTLE_WITHIN_S:.0f} s after the return"
+            break
+        await asyncio.sleep(0.01)
+    death.settle_ms = round((time.time() - arrived) * 1000, 2)
+    death.supervisor = record or {}
+    if "running_at" in death.supervisor:  # where the time went: detection, restart, the caller
+        running = death.supervisor.pop("running_at")
+        death.supervisor["detected_ms"] = round(
+            (running - died) * 1000 - death.supervisor["supervisor_ms"], 2)
+        death.supervisor["running_ms"] = round((running - died) * 1000, 2)
+    death.last_errors = {k: (round((t - died) * 1000, 1), m) for k, (t, m)
+                         in seen.last_error.items()}
+    return death
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """This machine's (total, idle) CPU time in ticks, or None where /proc/stat is not."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(t) for t in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
+
+
+def busy_since(before: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time that was busy since ``before``."""
+    after = cpu_times()
+    if before is None or after is None or after[0] == before[0]:
+        return None
+    return round(1 - (after[1] - before[1]) / (after[0] - before[0]), 2)
+
+
+def pct(values: list[float], p: int) -> float | None:
+    if len(values) < 2:
+        return values[0] if values else None
+    return round(statistics.quantiles(values, n=100, method="inclusive")[p - 1], 2)
+
+
+def commit() -> str | None:
+    """The checkout's commit, marked ``+dirty`` when tracked files differ from it (new
+    processes import the code as it is on disk when they start)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True,
+                               cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def raylets() -> int:
+    """How many Ray nodes run on this machine: raylets, by session (a raylet's child between
+    fork and exec, as it starts a worker, shows the same command line: it is not counted)."""
+    sessions = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        args = cmdline(int(entry)).split(b"\0")
+        if args[0].endswith(b"/raylet"):
+            sessions.add(next((a for a in args if a.startswith(b"--raylet_socket_name=")),
+                              entry.encode()))
+    return len(sessions)
+
+
+def summary(deaths: list[Death]) -> dict[str, Any]:
+    ms = [d.ms for d in deaths if d.ms is not None]
+    sup = [d.supervisor["supervisor_ms"] for d in deaths if "supervisor_ms" in d.supervisor]
+    crash = [d.sent_to_crash_ms for d in deaths if d.sent_to_crash_ms is not None]
+    return {"n": len(ms), "failed": len(deaths) - len(ms),
+            "p50_ms": pct(ms, 50), "p95_ms": pct(ms, 95), "max_ms": max(ms, default=None),
+            "supervisor_p50_ms": pct(sup, 50), "supervisor_max_ms": max(sup, default=None),
+            # death -> the supervisor's detection, and its restart done -> the caller's reply
+            "detected_p50_ms": pct([d.supervisor["detected_ms"] for d in deaths
+                                    if "detected_ms" in d.supervisor], 50),
+            "caller_after_running_p50_ms": pct(
+                [d.ms - d.supervisor["running_ms"] for d in deaths
+                 if d.ms is not None and "running_ms" in d.supervisor], 50),
+            "sent_to_crash_p50_ms": pct(crash, 50),
+            "settle_p50_ms": pct([d.settle_ms for d in deaths if d.settle_ms is not None], 50),
+            "probes_p50": pct([float(d.probes) for d in deaths], 50),
+            "busy_p50": pct([d.busy for d in deaths if d.busy is not None], 50),
+            "deaths": [vars(d) for d in deaths]}
+
+
+def judge(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Speedups against Ray's restart and the goals, by contestant and kind."""
+    speedups: dict[str, dict[str, Any]] = {}
+    goals: dict[str, dict[str, Any]] = {}
+    for name in CONTESTANTS[:-1]:
+        for kind in KINDS:
+            mine, ray_ = figures[name][kind], figures["ray"][kind]
+            x50 = (round(ray_["p50_ms"] / mine["p50_ms"], 1)
+                   if mine["p50_ms"] and ray_["p50_ms"] else None)
+            x95 = (round(ray_["p95_ms"] / mine["p95_ms"], 1)
+                   if mine["p95_ms"] and ray_["p95_ms"] else None)
+            speedups.setdefault(name, {})[kind] = {"p50": x50, "p95": x95}
+            if name in GOALS:
+                p50_goal, p95_goal = GOALS[name]
+                goals.setdefault(name, {})[kind] = {
+                    "p50": mine["p50_ms"] is not None and mine["p50_ms"] <= p50_goal,
+                    "p95": mine["p95_ms"] is not None and mine["p95_ms"] <= p95_goal,
+                    "x_ray": x50 is not None and x50 >= SPEEDUP_GOAL,
+                    "all_returned": mine["failed"] == 0}
+    return {"speedup_vs_ray": speedups, "goals": goals}
+
+
+def show(figures: dict[str, dict[str, Any]], verdict: dict[str, Any]) -> None:
+    def ms(v: float | None) -> str:
+        return f"{v:>8.1f}" if v is not None else f"{'-':>8}"
+
+    print(f"\n{'contestant':<16} {'kind':<8} {'n':>3} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}"
+          f" {'detect':>7} {'sup p50':>8} {'x ray p50':>9} {'busy':>5}")
+    for name in CONTESTANTS:
+        for kind in KINDS:
+            f = figures[name][kind]
+            x = verdict["speedup_vs_ray"].get(name, {}).get(kind, {}).get("p50")
+            print(f"{name:<16} {kind:<8} {f['n']:>3} {ms(f['p50_ms'])} {ms(f['p95_ms'])} "
+                  f"{ms(f['max_ms'])} {ms(f['detected_p50_ms'])[1:]} {ms(f['supervisor_p50_ms'])} "
+                  f"{(f'{x:.1f}x' if x else '-'):>9} {f['busy_p50'] or 0:>5.0%}")
+    crash = {n: figures[n]["crash"]["sent_to_crash_p50_ms"] for n in CONTESTANTS}
+    print("crash request sent -> os._exit, p50 ms (not in the figures above): "
+          + ", ".join(f"{n} {v}" for n, v in crash.items()))
+    for name, kinds in verdict["goals"].items():
+        p50_goal, p95_goal = GOALS[name]
+        for kind, ok in kinds.items():
+            marks = ", ".join(f"{k} {'ok' if v else 'MISSED'}" for k, v in ok.items())
+            print(f"goal {name} {kind} (p50 <= {p50_goal:.0f} ms, p95 <= {p95_goal:.0f} ms, "
+                  f">= {SPEEDUP_GOAL:.0f}x ray): {marks}")
+
+
+async def run(restarts: int, address: str | None, *, logs: bool = False,
+              probe_every_ms: float = PROBE_EVERY_MS) -> dict[str, Any]:
+    # Every probe that meets the dead host is a dead letter, which the driver logs as a
+    # warning: they are counted per death instead (``errors``).
+    logging.getLogger("reach._runtime.directory").setLevel(logging.ERROR)
+    before = raylets()  # other Rays' nodes on this machine
+    code = commit()
+    tag = f"{os.getpid()}"
+    work = Path(tempfile.mkdtemp(prefix="reach-restart-"))
+    store = str(work / "sessions.db")  # not the folder's own: another run may use it
+    rt = reach.init(address=address, log_to_driver=logs, session_path=store, spares=1)
+    cold = reach.init(address=address, log_to_driver=logs, session_path=store, spares=0)
+    assert cold.limits.spares == 0
+    seen = [raylets()]
+
+    def tree(name: str, child: ChildSpec) -> SupervisorSpec:
+        return SupervisorSpec(f"restart-{name}-{tag}", children=[child],
+                              intensity=Intensity(1000, PERIOD_S), seed=7)
+
+    pool = f"restart-{tag}"
+    sups = {
+        "packed": await rt.supervise(tree("packed", ChildSpec(
+            Victim, f"victim-packed-{tag}", placement=reach.Packed(pool=pool, size=2)))),
+        "dedicated_spare": await rt.supervise(tree("spare", ChildSpec(
+            Victim, f"victim-spare-{tag}"))),
+        "dedicated_cold": await cold.supervise(tree("cold", ChildSpec(
+            Victim, f"victim-cold-{tag}"))),
+    }
+    contestants: dict[str, Contestant] = {
+        "packed": ReachVictim("packed", rt, sups["packed"], f"victim-packed-{tag}", pool=pool),
+        "dedicated_spare": ReachVictim("dedicated_spare", rt, sups["dedicated_spare"],
+                                       f"victim-spare-{tag}", spare=True),
+        "dedicated_cold": ReachVictim("dedicated_cold", cold, sups["dedicated_cold"],
+                                      f"victim-cold-{tag}"),
+        "ray": RayAnchor(),
+    }
+    for c in contestants.values():  # up, and in the steady state (the spare offered)
+        await c.ping()
+        end = time.monotonic() + SETTLE_WITHIN_S
+        while isinstance(c, ReachVictim) and not (
+                (c.pool is None or await c._pool_up())
+                and (not c.spare or await c._spare_offered())):
+            if time.monotonic() > end:
+                raise RuntimeError(f"{c.name} did not reach its steady state")
+            await asyncio.sleep(0.05)
+    deaths: dict[str, dict[str, list[Death]]] = {n: {k: [] for k in KINDS} for n in CONTESTANTS}
+    started = time.perf_counter()
+    for round_ in range(restarts):
+        shift = round_ % len(CONTESTANTS)
+        order = CONTESTANTS[shift:] + CONTESTANTS[:shift]  # every position in turn
+        for kind in KINDS:
+            line = []
+            for name in order:
+                death = await die_and_return(contestants[name], kind, work,
+                                             probe_every_ms / 1000)
+                deaths[name][kind].append(death)
+                got = f"{death.ms:.0f} ms" if death.ms is not None else "FAILED"
+                line.append(f"{name} {got}" + (f" ({death.note})" if death.note else ""))
+            print(f"  [{round_ + 1}/{restarts}] {kind:<7} " + ", ".join(line), flush=True)
+        seen.append(raylets())
+    wall = time.perf_counter() - started
+    for sup in sups.values():
+        await sup.stop()
+    ray.kill(contestants["ray"].actor, no_restart=True)  # type: ignore[attr-defined]
+    for i in range(2):  # pool hosts outlive their agents: end them too
+        with contextlib.suppress(reach.ReachError):  # gone already
+            rt.cluster.kill(rt.cluster.host(f"{POOL_PREFIX}{pool}.{i}"))
+    await cold.close()
+    await rt.close()
+    seen.append(raylets())
+    figures = {n: {k: summary(deaths[n][k]) for k in KINDS} for n in CONTESTANTS}
+    verdict = judge(figures)
+    show(figures, verdict)
+    ours = 0 if address or os.environ.get("RAY_ADDRESS") else 1  # a local Ray of our own
+    others = max(before, max(seen) - ours)
+    print(f"raylets on this machine: {before} before this run's Ray, {min(seen)}..{max(seen)} "
+          f"during it ({ours} ours): {'other Rays overlapped' if others else 'no other Ray'}")
+    now = commit()
+    if now != code:
+        print(f"the checkout changed during the run: {code} -> {now}")
+    return {"restarts": restarts, "seconds": round(wall, 1), "commit": code,
+            "commit_after": now,
+            "probe_every_ms": probe_every_ms, "probe_timeout_ms": PROBE_TIMEOUT_S * 1000,
+            "intensity_period_s": PERIOD_S, "raylets_before": before, "raylets_during": seen,
+            "other_rays_overlapped": others > 0,
+            **verdict, "contestants": figures}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--restarts", type=int, default=20,
+                        help="deaths of each kind per contestant (20)")
+    parser.add_argument("--address", default=None)
+    parser.add_argument("--logs", action="store_true",
+                        help="show the actors' logs (reach's warnings) on this driver's stderr")
+    parser.add_argument("--probe-every", type=float, default=PROBE_EVERY_MS,
+                        help="milliseconds between the caller's probes (2)")
+    parser.add_argument("--quick", action="store_true", help="5 deaths of each kind")
+    args = parser.parse_args()
+    if args.quick:
+        args.restarts = 5
+    print(f"{args.restarts} deaths of each kind per contestant: "
+          f"{', '.join(CONTESTANTS)}; kinds {', '.join(KINDS)}", flush=True)
+    figures = asyncio.run(run(args.restarts, args.address, logs=args.logs,
+                              probe_every_ms=args.probe_every))
+    out = RESULTS / "quick" if args.quick else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "restart.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'restart.json'}")
+    failed = sum(figures["contestants"][n][k]["failed"] for n in CONTESTANTS for k in KINDS)
+    if failed:
+        print(f"FAIL: {failed} deaths without a return (see 'note' in the JSON)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
