@@ -166,6 +166,8 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
     states = collections.Counter(str(r.state) for r in results)
     reasons = collections.Counter(f"{r.error.code}: {r.error.reason[:80]}"
                                   for r in results if r.state == "failed" and r.error)
+    # Submission to end, as the task's owner recorded them.
+    task_ms = [(r.finished - r.submitted) * 1000 for r in results if r.finished]
     latency: dict[str, list[float]] = collections.defaultdict(list)
     for r in status.restarts:
         latency[str(r.placement)].append(r.latency_s * 1000)
@@ -181,6 +183,8 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
         "restart_ms_p50": {k: pct(v, 50) for k, v in latency.items()},
         "restart_ms_p95": {k: pct(v, 95) for k, v in latency.items()},
         "retries": sum(len(r.attempts) - 1 for r in results),
+        "task_ms_p50": pct(task_ms, 50), "task_ms_p95": pct(task_ms, 95),
+        "task_ms_max": round(max(task_ms, default=0.0), 1),
     }
 
 

@@ -33,6 +33,8 @@ PLACEMENT_CHECK_S = 1.0
 #: How many times a dead pool host is started again before its spawn gives up, and the first wait.
 REPLACE_TRIES = 20
 REPLACE_WAIT_S = 0.05
+#: How long a dead pool host's replacement waits when its pool has live hosts left.
+REPLACE_AFTER_S = 0.5
 #: How many claimed spares that turn out dead a restart tries before it starts a new host.
 SPARE_TRIES = 3
 
@@ -188,29 +190,33 @@ class Spawner:
         counts = await asyncio.gather(*(h.count() for h in hosts), return_exceptions=True)
         live = [(h, c) for h, c in zip(hosts, counts, strict=True) if isinstance(c, int)]
         dead = [i for i, c in enumerate(counts) if not isinstance(c, int)]
-        replacing = [self._replace(p, i) for i in dead]
+        # A new process costs a core for a while: with live hosts left, it starts only once the
+        # agents have moved and answered, not in their way.
+        replacing = [self._replace(p, i, 0.0 if not live else REPLACE_AFTER_S) for i in dead]
         if not live:
             # Every host of the pool is dead: wait for the replacements.
             fresh = await asyncio.gather(*replacing)
             live = [(h, 0) for h in fresh]
         return [h for h, _ in live], [c for _, c in live]
 
-    def _replace(self, p: Packed, i: int) -> asyncio.Task[HostPort]:
-        """Starts pool host ``i`` again (once per process, whoever asks)."""
+    def _replace(self, p: Packed, i: int, after_s: float) -> asyncio.Task[HostPort]:
+        """Starts pool host ``i`` again after ``after_s`` (once per process, whoever asks)."""
         name = f"{POOL_PREFIX}{p.pool}.{i}"
         running = self._replacing.get(name)
         if running is None or running.done():
             running = self._replacing[name] = asyncio.get_running_loop().create_task(
-                self._start_again(p, i, name))
+                self._start_again(p, i, name, after_s))
             running.add_done_callback(_read_outcome)
         return running
 
-    async def _start_again(self, p: Packed, i: int, name: str) -> HostPort:
+    async def _start_again(self, p: Packed, i: int, name: str, after_s: float) -> HostPort:
         """Starts a dead pool host again under its name; returns it once it answers.
 
         Raises:
             AgentUnavailable: it did not come up (no live node could take it).
         """
+        if after_s > 0:
+            await asyncio.sleep(after_s)
         shape = HostShape(node_id=p.node_id, lasting=True)
         failure: Exception | None = None
         for attempt in range(REPLACE_TRIES):

@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "chaos": ("--quick",),
     "sessions": ("--quick",),
     "io_bound": ("--quick",),
+    "restart": ("--quick",),
 }
 #: A benchmark silent for this long gets a line saying it is still running.
 QUIET_S = 15.0
