@@ -1,29 +1,45 @@
 """The benchmark chart: throughput and latency by contestant, drawn from ``bench/results/*.json``.
 
-Six panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
+Eight panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
 contestants (raw Ray first, then each reach placement), the same for the I/O-bound scenario's
 (with each one's share of the ideal throughput), the codec's cost per envelope beside pickle,
-and the session store's append rate by commit strategy. A panel whose results file is missing
-says so instead of failing, so a partial run still gives a chart.
+the session store's append rate by commit strategy, and the p50/p95 restart latency (an agent's
+death to its new incarnation's first reply) after a SIGKILL and after a crash, Ray's own restart
+first, then reach's, against the goals. A panel whose results file is missing says so instead
+of failing, so a partial run still gives a chart.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import textwrap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
 
 #: The results files the chart reads, by benchmark name.
-FILES = ("seed_scenario", "io_bound", "codec", "sessions")
+FILES = ("seed_scenario", "io_bound", "codec", "sessions", "restart")
 RAW_COLOUR = "#8c8c8c"
+P50_COLOUR, P95_COLOUR = "#4c72b0", "#dd8452"
 REACH_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#bcbd22")
 #: Words of a contestant's key said otherwise in its label (``packed_id``: reach packed by ID).
 LABEL_WORDS = {"id": "by ID", "capability": "by capability"}
+#: The restart benchmark's contestants (``bench/restart.py``), as the chart names them.
+RESTART_LABELS = {"ray": "Ray's own restart", "packed": "reach packed",
+                  "dedicated_spare": "reach dedicated + warm spare",
+                  "dedicated_cold": "reach dedicated, no spare"}
+#: The restart goals at p50, in ms, by contestant (``GOALS`` in ``bench/restart.py``).
+RESTART_GOALS_MS = {"packed": 50.0, "dedicated_spare": 100.0}
+#: The kinds of death the restart benchmark times, and each one's panel title.
+RESTART_KINDS = {"sigkill": "Restart after a SIGKILL of the agent's process",
+                 "crash": "Restart after a crash (the handler calls os._exit)"}
 
 
 def load(folder: Path) -> tuple[dict[str, Any], list[str]]:
@@ -64,18 +80,58 @@ def _label(key: str) -> str:
     return " ".join(["reach", *(LABEL_WORDS.get(word, word) for word in key.split("_"))])
 
 
+@dataclass(frozen=True)
+class Restart:
+    """One contestant's restart latency after one kind of death: from the death to the first
+    reply of the new incarnation, as the caller saw it."""
+
+    label: str
+    p50_ms: float | None  # None when no death of this kind was followed by a return
+    p95_ms: float | None
+    returned: int
+    failed: int  # deaths after which the agent did not come back
+    goal_p50_ms: float | None
+
+
+def restarts(figures: Mapping[str, Any], kind: str) -> list[Restart]:
+    """The restart benchmark's contestants after ``kind`` of death (``sigkill``, ``crash``):
+    Ray's own restart first, then reach's in the order of the file.
+
+    Args:
+        figures: ``restart.json`` as read; contestants without figures for ``kind`` are left out.
+        kind: the kind of death.
+    """
+    found = figures.get("contestants")
+    if not isinstance(found, Mapping):
+        return []
+    rows = [(key, kinds[kind]) for key, kinds in found.items()
+            if isinstance(kinds, Mapping) and isinstance(kinds.get(kind), Mapping)
+            and {"p50_ms", "p95_ms"} <= kinds[kind].keys()]
+    rows.sort(key=lambda kv: kv[0] != "ray")  # stable: Ray first, the rest as written
+    return [Restart(label=RESTART_LABELS.get(key) or _label(key),
+                    p50_ms=_ms(run["p50_ms"]), p95_ms=_ms(run["p95_ms"]),
+                    returned=int(run.get("n", 0)), failed=int(run.get("failed", 0)),
+                    goal_p50_ms=RESTART_GOALS_MS.get(key))
+            for key, run in rows]
+
+
+def _ms(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmarks") -> Path:
     """Draws the chart of ``results`` (as :func:`load` returns them) into the PNG ``out``.
 
     Returns:
         ``out``, written (its folder is created if need be).
     """
-    fig = Figure(figsize=(13, 13), dpi=100, layout="constrained")
+    fig = Figure(figsize=(13, 17.5), dpi=100, layout="constrained")
     fig.suptitle(title, fontsize=15)
-    rows = fig.subfigures(3, 1, squeeze=False)  # laid out apart: long labels below widen nothing
+    rows = fig.subfigures(4, 1, squeeze=False)  # laid out apart: long labels below widen nothing
     through, latency = rows[0, 0].subplots(1, 2)
     io_through, io_latency = rows[1, 0].subplots(1, 2)
     codec, sessions = rows[2, 0].subplots(1, 2)
+    restart_axes = rows[3, 0].subplots(1, len(RESTART_KINDS))
     seed = contestants(results.get("seed_scenario", {}))
     _throughput(through, seed, "Seed scenario", "bench/seed_scenario.py")
     _latency(latency, seed, "Seed scenario", "bench/seed_scenario.py")
@@ -85,6 +141,9 @@ def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmark
     _latency(io_latency, io, "I/O-bound handlers", "bench/io_bound.py")
     _codec(codec, results.get("codec", {}))
     _sessions(sessions, results.get("sessions", {}))
+    restart = results.get("restart", {})
+    for ax, kind in zip(restart_axes, RESTART_KINDS, strict=True):
+        _restart(ax, restart, kind)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")
     return out
@@ -160,7 +219,7 @@ def _latency(ax: Axes, found: list[tuple[str, Mapping[str, Any]]], scenario: str
     labels = [label for label, _ in found]
     xs = range(len(labels))
     width = 0.38
-    for offset, key, colour in ((-width / 2, "p50", "#4c72b0"), (width / 2, "p95", "#dd8452")):
+    for offset, key, colour in ((-width / 2, "p50", P50_COLOUR), (width / 2, "p95", P95_COLOUR)):
         bars = ax.bar([x + offset for x in xs], [float(f[f"{key}_ms"]) for _, f in found],
                       width, label=key, color=colour)
         ax.bar_label(bars, fmt="{:,.1f}", padding=2, fontsize=8)
@@ -215,3 +274,50 @@ def _sessions(ax: Axes, sessions: Mapping[str, Any]) -> None:
     ax.set_xlabel("messages per second, log scale (higher is better)")
     ax.tick_params(axis="y", labelsize=8)
     ax.margins(x=0.15)
+
+
+def _restart(ax: Axes, figures: Mapping[str, Any], kind: str) -> None:
+    title = RESTART_KINDS[kind]
+    found = restarts(figures, kind)
+    if not found:
+        _missing(ax, title, "bench/restart.py")
+        return
+    xs = range(len(found))
+    width = 0.38
+    for offset, key, colour in ((-width / 2, "p50", P50_COLOUR), (width / 2, "p95", P95_COLOUR)):
+        values = [r.p50_ms if key == "p50" else r.p95_ms for r in found]
+        bars = ax.bar([x + offset for x in xs], [math.nan if v is None else v for v in values],
+                      width, label=key, color=colour)
+        ax.bar_label(bars, labels=["" if v is None else f"{v:,.0f}" for v in values], padding=2,
+                     fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
+                     zorder=4)  # a goal's line passes behind a label near it, not through
+    goals = [(x, r.goal_p50_ms) for x, r in zip(xs, found, strict=True) if r.goal_p50_ms]
+    if goals:  # each over its own contestant's bars: the goals differ
+        ax.hlines([g for _, g in goals], [x - width * 1.2 for x, _ in goals],
+                  [x + width * 1.2 for x, _ in goals], colors="#222222", linestyles="--",
+                  linewidth=1.2, label="p50 goal")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    known = [v for k in RESTART_KINDS for r in restarts(figures, k)  # the same scale for each kind
+             for v in (r.p50_ms, r.p95_ms, r.goal_p50_ms) if v]
+    if known:  # room below the shortest bar and above the tallest one's label
+        ax.set_ylim(min(known) / 2, max(known) * 2)
+    ax.set_xticks(list(xs), [_restart_tick(r) for r in found], fontsize=9)
+    deaths = max(r.returned + r.failed for r in found)
+    overlapped = " (other Rays ran meanwhile)" if figures.get("other_rays_overlapped") else ""
+    ax.set_title(f"{title}\n{deaths} deaths each, kill to first good reply{overlapped}")
+    ax.set_ylabel("milliseconds, log scale (lower is better)")
+    ax.legend(loc="upper left", fontsize=8)
+
+
+def _restart_tick(r: Restart) -> str:
+    """The label in lines of at most 16 characters, then the goal and the deaths not followed
+    by a return, if any."""
+    lines = [textwrap.fill(r.label, 16)]
+    if r.goal_p50_ms:
+        lines.append(f"goal: p50 \u2264 {r.goal_p50_ms:,.0f} ms")
+    if r.failed:
+        lines.append(f"{r.failed} of {r.returned + r.failed} never back")
+    return "\n".join(lines)

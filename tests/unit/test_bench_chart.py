@@ -56,6 +56,32 @@ SESSIONS = {
 }
 
 
+def restart_figures(p50: float | None, p95: float | None, *, n: int = 20,
+                    failed: int = 0) -> dict[str, Any]:
+    return {"n": n, "failed": failed, "p50_ms": p50, "p95_ms": p95,
+            "max_ms": None if p95 is None else p95 * 1.1, "supervisor_p50_ms": None,
+            "deaths": []}
+
+
+#: As bench/restart.py writes it: contestants in its order, Ray's own restart last.
+RESTART = {
+    "restarts": 20, "other_rays_overlapped": False,
+    "speedup_vs_ray": {"packed": {"sigkill": {"p50": 4.2, "p95": 4.1}}},
+    "contestants": {
+        "packed": {"sigkill": restart_figures(138.9, 158.1),
+                   "crash": restart_figures(142.8, 182.1)},
+        "dedicated_spare": {"sigkill": restart_figures(94.7, 120.5),
+                            "crash": restart_figures(92.1, 120.2)},
+        "dedicated_cold": {"sigkill": restart_figures(841.2, 989.9),
+                           "crash": restart_figures(831.3, 933.2)},
+        "ray": {"sigkill": restart_figures(583.0, 643.2),
+                "crash": restart_figures(565.8, 649.5)},
+    },
+}
+#: The chart's rows are this many pixels high; the restart benchmark's is the last.
+ROW_PX = 1750 // 4
+
+
 def write(folder: Path, **results: Any) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in results.items():
@@ -66,7 +92,7 @@ def write(folder: Path, **results: Any) -> Path:
 def assert_png(path: Path) -> np.ndarray:
     assert path.read_bytes()[:8] == PNG_SIGNATURE
     image = imread(path)
-    assert image.shape == (1300, 1300, 4)
+    assert image.shape == (1750, 1300, 4)
     assert float(image[..., :3].std()) > 0.05, "the chart is not blank"
     return image
 
@@ -88,9 +114,11 @@ def test_io_bound_contestants_are_labelled_by_placement_and_by_how_they_are_addr
 
 def test_a_chart_is_drawn_from_a_sample_of_each_results_file(tmp_path: Path) -> None:
     results, problems = benchchart.load(write(tmp_path / "results", seed_scenario=SEED,
-                                              io_bound=IO_BOUND, codec=CODEC, sessions=SESSIONS))
+                                              io_bound=IO_BOUND, codec=CODEC, sessions=SESSIONS,
+                                              restart=RESTART))
     assert problems == []
-    assert set(results) == {"seed_scenario", "io_bound", "codec", "sessions"}
+    assert set(results) == {"seed_scenario", "io_bound", "codec", "sessions", "restart"}
+    assert results["restart"] == RESTART
     out = benchchart.draw(results, tmp_path / "charts" / "chart.png", title="sample")
     assert out == tmp_path / "charts" / "chart.png"
     assert_png(out)
@@ -110,6 +138,50 @@ def test_missing_results_leave_their_panels_empty_and_unreadable_ones_are_named(
                                       tmp_path / "full.png"))
     partial = assert_png(benchchart.draw(results, tmp_path / "partial.png"))
     assert not np.array_equal(full, partial)
+
+
+def test_restart_contestants_put_rays_own_restart_first_with_readable_labels_and_goals() -> None:
+    found = benchchart.restarts(RESTART, "sigkill")
+    assert [r.label for r in found] == [
+        "Ray's own restart", "reach packed", "reach dedicated + warm spare",
+        "reach dedicated, no spare"]
+    assert [(r.p50_ms, r.p95_ms) for r in found] == [
+        (583.0, 643.2), (138.9, 158.1), (94.7, 120.5), (841.2, 989.9)]
+    assert [r.goal_p50_ms for r in found] == [None, 50.0, 100.0, None]
+    assert [(r.returned, r.failed) for r in found] == [(20, 0)] * 4
+    assert [r.p50_ms for r in benchchart.restarts(RESTART, "crash")] == [
+        565.8, 142.8, 92.1, 831.3]
+
+
+def test_a_restart_contestant_that_never_came_back_is_kept_and_one_not_killed_is_not() -> None:
+    figures = {"contestants": {
+        "packed": {"sigkill": restart_figures(None, None, n=0, failed=5)},
+        "dedicated_spare": {"crash": restart_figures(90.0, 110.0)},
+        "dedicated_pinned": {"sigkill": restart_figures(70.0, 80.0, n=4, failed=1)},
+        "ray": {"sigkill": {"n": 0}},  # no figures: not a contestant of this kind
+    }}
+    found = benchchart.restarts(figures, "sigkill")
+    assert [(r.label, r.p50_ms, r.failed) for r in found] == [
+        ("reach packed", None, 5), ("reach dedicated pinned", 70.0, 1)]
+    assert benchchart.restarts({"restarts": 20}, "sigkill") == []
+
+
+def test_the_restart_row_is_drawn_from_its_figures_and_leaves_the_other_panels_as_they_were(
+    tmp_path: Path,
+) -> None:
+    others = {"seed_scenario": SEED, "io_bound": IO_BOUND, "codec": CODEC, "sessions": SESSIONS}
+    without = assert_png(benchchart.draw(others, tmp_path / "without.png"))
+    with_ = assert_png(benchchart.draw({**others, "restart": RESTART}, tmp_path / "with.png"))
+    assert np.array_equal(with_[:3 * ROW_PX], without[:3 * ROW_PX])
+    assert not np.array_equal(with_[3 * ROW_PX:], without[3 * ROW_PX:])
+
+
+def test_a_restart_panel_draws_what_it_has_a_contestant_that_never_came_back_among_them(
+    tmp_path: Path,
+) -> None:
+    lost = {"contestants": {**RESTART["contestants"],
+                            "packed": {"sigkill": restart_figures(None, None, n=0, failed=20)}}}
+    assert_png(benchchart.draw({"restart": lost}, tmp_path / "lost.png"))
 
 
 def script(folder: Path, name: str, body: str) -> None:
