@@ -94,6 +94,24 @@ def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
         clock.restore(token)
 
 
+async def eventually(check: Callable[[], Awaitable[T]], within_s: float = 30.0,
+                     every_s: float = 0.05) -> T:
+    """Polls ``check`` until it returns something truthy, on the clock in force (virtual time
+    in :func:`run`: the wait costs no wall time); returns that value.
+
+    Raises:
+        AssertionError: nothing truthy within ``within_s``.
+    """
+    deadline = clock.monotonic() + within_s
+    last: T | None = None
+    while clock.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every_s)
+    raise AssertionError(f"not within {within_s} s (last value {last!r})")
+
+
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in tasks:
@@ -458,4 +476,4 @@ async def _as_coroutine(fn: Callable[..., Any], args: tuple[Any, ...],
     return result
 
 
-__all__ = ["EPOCH", "FakeCluster", "VirtualClock", "VirtualLoop", "run"]
+__all__ = ["EPOCH", "FakeCluster", "VirtualClock", "VirtualLoop", "eventually", "run"]

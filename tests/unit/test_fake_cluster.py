@@ -24,7 +24,7 @@ from reach.errors import (
     Severity,
 )
 from reach.records import AgentStatus, RestartPlacement, SupervisorState
-from reach.testing import FakeCluster, run
+from reach.testing import FakeCluster, eventually, run
 
 
 @reach.schema("fake.ask@1.0")
@@ -212,7 +212,7 @@ def test_a_notification_to_a_host_that_is_gone_becomes_a_dead_letter() -> None:
         async def lettered() -> bool:
             return any(d.receiver == "e-1" for d in await rt.dead_letters())
 
-        assert await _eventually(lettered)
+        assert await eventually(lettered)
 
     run(scenario)
 
@@ -248,7 +248,7 @@ def test_a_host_that_misses_its_heartbeats_has_its_agents_marked_offline() -> No
             rec = await rt.cluster.registry().lookup("e-1")
             return rec is not None and rec.status is AgentStatus.OFFLINE
 
-        assert await _eventually(offline, within_s=10)  # interval 1 s x 3 misses
+        assert await eventually(offline, within_s=10)  # interval 1 s x 3 misses
         with pytest.raises(AgentUnavailable, match="offline"):
             await rt.client.request("e-1", Ask(text="x"))
 
@@ -265,7 +265,7 @@ def test_a_restarted_registry_rebuilds_its_table_from_heartbeats_with_epochs_kep
         async def rebuilt() -> bool:
             return {r.agent_id for r in await rt.cluster.registry().agents()} == set(epochs)
 
-        assert await _eventually(rebuilt, within_s=10)
+        assert await eventually(rebuilt, within_s=10)
         after = {r.agent_id: r.epoch for r in await rt.agents()}
         assert all(after[a] >= epochs[a] for a in epochs)
         reply = await rt.client.request("e-2", Ask(text="back"))
@@ -307,7 +307,7 @@ def test_one_for_all_restarts_every_child_in_start_order() -> None:
             status = await sup.status()
             return len(status.restarts) == 3 and status
 
-        status = await _eventually(restarted)
+        status = await eventually(restarted)
         assert [r.child for r in status.restarts] == ["a", "b", "c"]
         assert [c.child_id for c in status.children] == ["a", "b", "c"]
 
@@ -325,7 +325,7 @@ def test_a_temporary_child_is_not_restarted() -> None:
         async def dropped() -> bool:
             return [c.child_id for c in (await sup.status()).children] == ["p"]
 
-        assert await _eventually(dropped)
+        assert await eventually(dropped)
         assert (await sup.status()).restarts == ()
 
     run(scenario)
@@ -341,7 +341,7 @@ def test_past_its_intensity_a_supervisor_gives_up_and_the_driver_hears_it() -> N
         async def restarted_once() -> bool:
             return len((await sup.status()).restarts) == 1
 
-        assert await _eventually(restarted_once)
+        assert await eventually(restarted_once)
         fake.crash((await rt.cluster.registry().lookup("e-1")).host)
         with pytest.raises(RestartLimitExceeded, match="restart intensity"):
             await sup.wait()
@@ -486,16 +486,6 @@ def test_close_lets_queued_notifications_leave_first() -> None:
     run(scenario)
 
 
-async def _eventually(check: Any, within_s: float = 30.0) -> Any:
-    """Polls ``check`` (on virtual time) until it returns something truthy."""
-    deadline = clock.monotonic() + within_s
-    while clock.monotonic() < deadline:
-        found = await check()
-        if found:
-            return found
-        await asyncio.sleep(0.1)
-    pytest.fail(f"not within {within_s} s of virtual time")
-
 
 def test_pool_hosts_are_named_by_their_pool() -> None:
     async def scenario(fake: FakeCluster) -> list[str]:
@@ -517,7 +507,7 @@ def test_restarts_further_apart_than_the_period_never_exceed_the_intensity() -> 
             async def restarted(n: int = n) -> bool:
                 return len((await sup.status()).restarts) == n
 
-            assert await _eventually(restarted)
+            assert await eventually(restarted)
             await asyncio.sleep(6)  # past the period: the last restart no longer counts
         assert (await sup.status()).state is SupervisorState.RUNNING
 
@@ -538,7 +528,7 @@ def test_rest_for_one_restarts_the_failed_child_and_those_started_after_it() -> 
             status = await sup.status()
             return len(status.restarts) == 2 and status
 
-        status = await _eventually(restarted)
+        status = await eventually(restarted)
         assert [r.child for r in status.restarts] == ["b", "c"]
         after = {r.agent_id: r.epoch for r in await rt.agents()}
         assert after["a"] == epochs["a"]
@@ -560,7 +550,7 @@ def test_a_nested_supervisor_past_its_intensity_is_restarted_by_its_parent() -> 
             status = await root.status()
             return [r.child for r in status.restarts] == ["inner"] and status
 
-        status = await _eventually(escalated)
+        status = await eventually(escalated)
         assert status.subtree["inner"].state is SupervisorState.RUNNING
         reply = await rt.client.request("e-1", Ask(text="back"), timeout_ms=20_000)
         assert reply.value.by == "e-1"

@@ -4,10 +4,8 @@ replaces its orphans, and epochs never go backwards, not even after the registry
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 import reach
@@ -15,7 +13,7 @@ from policies.supervision import Intensity
 from reach import clock
 from reach._runtime.names import POOL_PREFIX, REGISTRY_NAME
 from reach.records import AgentStatus, RestartPlacement
-from reach.testing import FakeCluster, run
+from reach.testing import FakeCluster, eventually, run
 
 
 @reach.schema("heal.ping@1.0")
@@ -51,15 +49,6 @@ async def host_of(rt: Any, agent_id: str) -> str:
     assert rec is not None
     return str(rec.host)
 
-
-async def eventually(check: Any, within_s: float = 30.0) -> Any:
-    deadline = clock.monotonic() + within_s
-    while clock.monotonic() < deadline:
-        found = await check()
-        if found:
-            return found
-        await asyncio.sleep(0.01)
-    pytest.fail(f"not within {within_s} s of virtual time")
 
 
 def test_a_packed_agent_moves_to_a_live_host_of_its_pool_at_once() -> None:

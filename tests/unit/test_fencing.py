@@ -14,11 +14,10 @@ from pydantic import BaseModel
 
 import reach
 from policies.tasks import SeverityPolicy, TaskState
-from reach import clock
 from reach._runtime.runner import DISCARDED
 from reach.errors import AgentUnavailable
 from reach.security.guard import SecurityConfig, resolve_keyring
-from reach.testing import FakeCluster, run
+from reach.testing import FakeCluster, eventually, run
 
 
 @reach.schema("fence.job@1.0")
@@ -63,16 +62,6 @@ async def worker(fake: FakeCluster, rt: Any, agent_id: str) -> Worker:
     found: Worker = fake.process(host).runners[agent_id].agent
     return found
 
-
-async def eventually(check: Any, within_s: float = 30.0) -> Any:
-    """Polls ``check`` (on virtual time) until it returns something truthy."""
-    deadline = clock.monotonic() + within_s
-    while clock.monotonic() < deadline:
-        found = await check()
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    pytest.fail(f"not within {within_s} s of virtual time")
 
 
 async def discards(rt: Any, agent_id: str) -> list[dict[str, Any]]:
