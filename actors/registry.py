@@ -208,8 +208,10 @@ class Registry:
         """Takes a spare of ``shape`` whose heartbeat is fresh: on ``node`` if one is there,
         else on any node (a spare elsewhere serves when a node is gone). Its name, or None."""
         now = clock.monotonic()
+        # Two intervals: a live spare is heard every interval plus its own round trips, so one
+        # interval would turn it away for a few milliseconds of every beat.
         fits = [h for h, (n, s) in self.spares_.items() if s == shape
-                and not heartbeat_expired(self.last_seen.get(h, 0.0), now, self.interval_s, 1)]
+                and not heartbeat_expired(self.last_seen.get(h, 0.0), now, self.interval_s, 2)]
         if not fits:
             return None
         here = [h for h in fits if self.spares_[h][0] == node]

@@ -349,7 +349,7 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
         audit_calls: Record every call's outcome in the audit log (refusals always are).
         spares: Warm spare hosts kept ready per node, for the restarts of dedicated agents (one
             of the default shape per node is started here; supervisors keep one of each other
-            shape in use); 0 turns them off. Each spare is an idle process (about 90 MB).
+            shape in use); 0 turns them off. Each spare is an idle process (about 100 MB resident).
         **ray_init_kwargs: Passed to ``ray.init`` when this call starts or joins Ray.
 
     The security settings travel to every process this driver starts with the cluster handle;
