@@ -224,7 +224,7 @@ def test_a_dead_host_fails_its_waiting_callers_at_once_not_at_their_deadline() -
         host = (await rt.cluster.registry().lookup("e-1")).host
         call = asyncio.ensure_future(rt.client.request("e-1", Ask(text="x", sleep_s=60),
                                                        timeout_ms=30_000))
-        await asyncio.sleep(1)
+        await handling(fake, rt, "e-1")
         started = clock.monotonic()
         fake.crash(host)
         with pytest.raises(AgentUnavailable):
@@ -431,7 +431,7 @@ def test_a_cancelled_task_cancels_its_running_handler() -> None:
         rt = fake.runtime()
         sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a")))
         task = await sup.submit("a", Ask(text="x", sleep_s=600), timeout_ms=1_000_000)
-        await asyncio.sleep(1)
+        await handling(fake, rt, "a")
         result = await task.cancel()
         assert result.state is TaskState.CANCELLED
 
@@ -567,7 +567,7 @@ def test_a_session_request_is_resent_to_a_restarted_receiver_and_answered_once()
         host = (await rt.cluster.registry().lookup("e-1")).host
         turn = asyncio.ensure_future(session.request(Ask(text="slow", sleep_s=3),
                                                      timeout_ms=60_000))
-        await asyncio.sleep(1)
+        await handling(fake, rt, "e-1")
         fake.crash(host)  # mid-request: the supervisor restarts it, the request is resent
         reply = await turn
         assert reply.value.text == "slow"
@@ -590,7 +590,15 @@ def test_signed_calls_on_the_fake_cluster_and_the_acl_refuses_a_caller(tmp_path:
         assert (await rt.client.request("r-1", Ask(text="x"))).value.by == "e-1"
         await rt.set_acl(reach.Acl((reach.Rule(callers=("r-*",), capabilities=("echo.*",),
                                                allow=False),)))
-        await asyncio.sleep(3)  # hosts apply it by their next heartbeat
+
+        async def applied() -> bool:  # hosts apply it by their next heartbeat
+            try:
+                await rt.client.request("r-1", Ask(text="x"))
+            except AuthError:
+                return True
+            return False
+
+        await eventually(applied)
         with pytest.raises(AuthError, match="access denied"):
             await rt.client.request("r-1", Ask(text="x"))
 
@@ -603,8 +611,12 @@ def test_a_dead_hosts_watch_does_not_fail_the_retry_of_the_same_request_elsewher
         sup = await rt.supervise(_tree(reach.ChildSpec(Echo, "a"), reach.ChildSpec(Echo, "b")))
         first = await sup.submit("echo.say", Ask(text="x", sleep_s=2), by_capability=True,
                                  retry_limit=3)
-        await asyncio.sleep(0.5)
-        victim = _running_on(fake)
+
+        async def assigned() -> str:
+            return _running_on(fake)
+
+        victim = await eventually(assigned)
+        await handling(fake, rt, victim)
         fake.crash((await rt.cluster.registry().lookup(victim)).host)
         # Another request to the dead host fails at once and fails the first task's attempt
         # too; the task retries (same request ID) on the other agent well before the dead
@@ -619,9 +631,20 @@ def test_a_dead_hosts_watch_does_not_fail_the_retry_of_the_same_request_elsewher
 
 
 def _running_on(fake: FakeCluster) -> str:
-    """The agent supervisor ``s``'s only task runs on now."""
+    """The agent supervisor ``s``'s only task runs on now ("" before it is assigned)."""
     (task,) = fake.process("reach.sup.s").tasks.tasks.values()
-    return str(task.assigned)
+    return task.assigned or ""
+
+
+async def handling(fake: FakeCluster, rt: Any, agent_id: str) -> None:
+    """Returns once ``agent_id``'s handler is running (a request is in flight there)."""
+    host = (await rt.cluster.registry().lookup(agent_id)).host
+    runner = fake.process(host).runners[agent_id]
+
+    async def busy() -> bool:
+        return bool(runner.inflight)
+
+    await eventually(busy, every_s=0.01)
 
 
 def test_a_late_reply_from_an_earlier_holder_of_the_request_id_is_not_taken_for_the_new_one(
