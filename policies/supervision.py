@@ -186,14 +186,16 @@ def plan_restart(
         KeyError: An exit names a child that has no entry in ``restart_types``.
     """
     ended, live, to_start = _sweep(exits, started, restart_types, strategy)
-    if not to_start:
+    # Only live children restart: a later exit of the batch may have ended one the sweep
+    # meant to restart, and a batch that restarts nothing is no restart at all.
+    restart = tuple(c for c in live if c in to_start)
+    if not restart:
         return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
                            history=tuple(history), give_up=False, reasons={})
     new_history, exceeded = record_restart(history, now, intensity)
     if exceeded:
         return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
                            history=new_history, give_up=True, reasons={})
-    restart = tuple(c for c in live if c in to_start)
     exited: dict[str, str] = {}
     for e in exits:
         exited.setdefault(e.child_id, e.reason)  # a child that exited twice: its first reason

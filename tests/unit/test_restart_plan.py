@@ -364,3 +364,13 @@ def test_every_plan_keeps_its_invariants(case: Case, seed: int) -> None:
     # Every started child that exited is either dropped or restarted, unless the plan gives up.
     if not result.give_up:
         assert exited & set(case.started) <= set(result.ended) | set(result.restart)
+
+
+def test_a_batch_whose_only_restart_a_later_exit_ended_counts_as_no_restart() -> None:
+    # Found by the property test: a transient child crashes, then exits normally, in one batch.
+    types = {**PERMANENT, "a": RestartType.TRANSIENT}
+    result = plan(crash("a"), finish("a"), restart_types=types, history=())
+    assert result.restart == ()
+    assert result.ended == ("a",)
+    assert result.history == ()
+    assert not result.give_up
