@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,12 +254,20 @@ class Runtime:
             ConfigError: signing is off (an ACL needs identities), or the ACL is malformed.
             AuthError: the registry refused this driver's signature.
         """
+        return await self._acl_call(acl)
+
+    def _acl_call(self, acl: Acl | str | Path) -> Awaitable[int]:
+        """The registry call, signed by this driver, that installs ``acl`` (under way).
+
+        Raises:
+            ConfigError: signing is off, or the ACL is malformed.
+        """
         guard = self.transport.codec.guard
         if guard is None:
             raise ConfigError("an ACL needs signing on: without identities it cannot be enforced",
                               details={"setting": "acl"})
         data, sig = signed_call(guard, self.client.sender, acl_to_doc(load_acl(acl)))
-        return await self.cluster.registry().set_acl(self.client.sender, data, sig)
+        return self.cluster.registry().set_acl(self.client.sender, data, sig)
 
     async def configure_heartbeat(self, interval_s: float, misses: int) -> None:
         """Changes the heartbeat interval and miss count cluster-wide."""
@@ -397,10 +405,5 @@ def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
             if missing > 0:
                 runtime.spawner.start_spares(Dedicated(), [node], missing)
     if acl is not None:
-        guard = runtime.transport.codec.guard
-        if guard is None:
-            raise ConfigError("an ACL needs signing on: without identities it cannot be enforced",
-                              details={"setting": "acl"})
-        data, sig = signed_call(guard, runtime.client.sender, acl_to_doc(load_acl(acl)))
-        cluster.get(cluster.registry().set_acl(runtime.client.sender, data, sig), 30.0)
+        cluster.get(runtime._acl_call(acl), 30.0)
     return runtime

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.discovery import pick_least_loaded
@@ -66,25 +66,6 @@ class TaskSpec:
 
 
 @dataclass
-class _Try:
-    """One attempt as the owner records it while it runs (an :class:`Attempt` once read)."""
-
-    agent_id: str
-    started: float
-    ended: float = 0.0
-    outcome: AttemptOutcome = AttemptOutcome.RUNNING
-    code: str = ""
-    severity: str = ""
-    reason: str = ""
-    decision: str = ""
-    why: str = ""
-
-    def frozen(self) -> Attempt:
-        return Attempt(self.agent_id, self.started, self.ended, self.outcome, self.code,
-                       self.severity, self.reason, self.decision, self.why)
-
-
-@dataclass
 class TaskRecord:
     """A task's state and history, as the owner keeps it (read it with :meth:`result`)."""
 
@@ -94,7 +75,8 @@ class TaskRecord:
     value: dict[str, Any] | None = None
     partial: bool = False
     error: ErrorInfo | None = None
-    attempts: list[_Try] = field(default_factory=list)
+    # Invariant: every attempt but the last has ended; the last is running while ``assigned``.
+    attempts: list[Attempt] = field(default_factory=list)
     # Invariant: assigned is the one agent working on the task now, or None.
     assigned: str | None = None
     submitted: float = field(default_factory=clock.now)
@@ -106,10 +88,19 @@ class TaskRecord:
         if to in TERMINAL:
             self.finished = clock.now()
 
+    def end_attempt(self, outcome: AttemptOutcome, *, code: str = "", severity: str = "",
+                    reason: str = "", decision: str = "", why: str = "") -> Attempt:
+        """Ends the last attempt with ``outcome`` (and, for an error, its code, severity,
+        message, the decision taken and why); returns it."""
+        ended = self.attempts[-1] = replace(
+            self.attempts[-1], ended=clock.now(), outcome=outcome, code=code, severity=severity,
+            reason=reason, decision=decision, why=why)
+        return ended
+
     def result(self) -> TaskResult:
         """The task's outcome, typed (it crosses process boundaries)."""
         return TaskResult(self.task_id, self.state, self.value, self.partial, self.error,
-                          tuple(a.frozen() for a in self.attempts), self.submitted,
+                          tuple(self.attempts), self.submitted,
                           self.finished)
 
 
@@ -238,14 +229,12 @@ class TaskRunner:
         try:
             agent_id = await self._choose(task, client, tried, last)
         except ReachError as exc:
-            attempt = _Try("", clock.now())
-            task.attempts.append(attempt)
-            return self._decide(task, attempt, exc, alternatives=0)
+            task.attempts.append(Attempt("", clock.now()))
+            return self._decide(task, exc, alternatives=0)
         if task.assigned is not None:
             raise InvalidTransition(f"task {task.task_id} is already assigned to {task.assigned}")
         task.assigned = agent_id
-        attempt = _Try(agent_id, clock.now())
-        task.attempts.append(attempt)
+        task.attempts.append(Attempt(agent_id, clock.now()))
         try:
             # Every attempt carries the task's ID as its request ID: an effectively-once handler
             # that already answered it returns its recorded reply instead of running again.
@@ -255,10 +244,10 @@ class TaskRunner:
         except ReachError as exc:
             tried.add(agent_id)
             alternatives = await self._alternatives(task, client, tried)
-            return self._decide(task, attempt, exc, alternatives)
+            return self._decide(task, exc, alternatives)
         finally:
             task.assigned = None
-        attempt.ended, attempt.outcome = clock.now(), AttemptOutcome.OK
+        task.end_attempt(AttemptOutcome.OK)
         task.value = dict(reply.payload)
         task.move(TaskState.COMPLETED)
         return None
@@ -291,15 +280,14 @@ class TaskRunner:
             return 0
         return sum(1 for h in holders if h.agent_id not in tried)
 
-    def _decide(self, task: TaskRecord, attempt: _Try, exc: ReachError,
-                alternatives: int) -> Decision:
+    def _decide(self, task: TaskRecord, exc: ReachError, alternatives: int) -> Decision:
         failures = sum(1 for a in task.attempts if a.outcome is AttemptOutcome.ERROR)
         decision = self.policy.decide(exc.severity, attempt=failures,
                                       retry_limit=task.spec.retry_limit,
                                       alternatives=alternatives, rng=self.rng)
-        attempt.ended, attempt.outcome = clock.now(), AttemptOutcome.ERROR
-        attempt.code, attempt.severity, attempt.reason = exc.code, exc.severity.value, exc.message
-        attempt.decision, attempt.why = decision.action.value, decision.reason
+        attempt = task.end_attempt(AttemptOutcome.ERROR, code=exc.code,
+                                   severity=exc.severity.value, reason=exc.message,
+                                   decision=decision.action.value, why=decision.reason)
         if self.audit is not None:
             self.audit({"caller": self.owner, "callee": attempt.agent_id,
                         "capability": task.spec.target, "msg_type": "task",
