@@ -38,6 +38,7 @@ from typing import Any
 
 import ray
 from pydantic import BaseModel
+from quiet import settle
 
 import reach
 
@@ -52,8 +53,6 @@ REACH: dict[str, tuple[str, bool]] = {
     "dedicated_id": ("dedicated", False),
     "dedicated_capability": ("dedicated", True),
 }
-#: The machine counts as quiet when its CPUs are busy less than this share of the time.
-QUIET = 0.3
 
 
 @reach.schema("bench.prompt@1.0")
@@ -223,34 +222,6 @@ async def run_reach(rt: reach.Runtime, name: str, total: int, inflight: int) -> 
                     ray.kill(ray.get_actor(host, namespace="reach"), no_restart=True)
 
 
-def cpu_times() -> tuple[int, int] | None:
-    """This machine's (total, idle) CPU time in ticks, or None where /proc/stat is not."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(t) for t in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
-
-
-async def settle(deadline_s: float = 15.0) -> None:
-    """Waits (up to ``deadline_s``) until this machine's CPUs are quiet: Ray's start, reach's
-    actors starting and the processes of the previous contestant exiting would otherwise run
-    beside the next one, the first one above all."""
-    before = cpu_times()
-    end = time.monotonic() + deadline_s
-    while before is not None:
-        await asyncio.sleep(0.5)
-        after = cpu_times()
-        assert after is not None
-        busy = 1 - (after[1] - before[1]) / max(after[0] - before[0], 1)
-        if busy < QUIET:
-            return
-        if time.monotonic() > end:
-            print(f"  (the machine is still {busy:.0%} busy after {deadline_s:.0f} s: "
-                  "figures may be noisy)", flush=True)
-            return
-        before = after
 
 
 def show(name: str, r: dict[str, Any]) -> None:

@@ -63,6 +63,7 @@ from typing import Any, Protocol
 
 import ray
 from pydantic import BaseModel
+from quiet import busy_since, cpu_times
 
 import reach
 from reach import ChildSpec, Intensity, SupervisorSpec
@@ -379,22 +380,6 @@ async def die_and_return(c: Contestant, kind: str, marks: Path, every_s: float) 
     return death
 
 
-def cpu_times() -> tuple[int, int] | None:
-    """This machine's (total, idle) CPU time in ticks, or None where /proc/stat is not."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(t) for t in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
-
-
-def busy_since(before: tuple[int, int] | None) -> float | None:
-    """The share of the machine's CPU time that was busy since ``before``."""
-    after = cpu_times()
-    if before is None or after is None or after[0] == before[0]:
-        return None
-    return round(1 - (after[1] - before[1]) / (after[0] - before[0]), 2)
 
 
 def pct(values: list[float], p: int) -> float | None:
