@@ -40,6 +40,7 @@ from reach.errors import (
     ReachError,
     SessionNotFound,
 )
+from reach.gateway.options import GatewayOptions
 from reach.security.guard import Guard, SecurityConfig, guard_for
 
 log = logging.getLogger("reach.ray")
@@ -270,6 +271,32 @@ class RayCluster:
             warnings.simplefilter("ignore", DeprecationWarning)
             return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
+    def start_gateway(self, options: GatewayOptions) -> str:
+        """See :meth:`reach.cluster.Cluster.start_gateway`: a Ray Serve application."""
+        from ray import serve
+
+        serve.start(http_options={"host": options.host, "port": options.port,
+                                  "location": options.proxy_location})
+        deployment = _gateway_deployment().options(
+            name=options.name, num_replicas=options.replicas,
+            # Each replica carries many A2A calls at once (they wait on agents, not on the CPU).
+            max_ongoing_requests=GATEWAY_MAX_ONGOING, max_queued_requests=GATEWAY_MAX_QUEUED,
+            health_check_period_s=5.0, health_check_timeout_s=10.0,
+            ray_actor_options={"num_cpus": 0})
+        serve.run(deployment.bind(self, options), name=options.name, route_prefix="/",
+                  blocking=False)
+        _wait_running(options.name, timeout_s=120.0)
+        return options.base_url
+
+    def stop_gateway(self, name: str) -> None:
+        """See :meth:`reach.cluster.Cluster.stop_gateway`."""
+        from ray import serve
+
+        try:
+            serve.delete(name)
+        except RayError as exc:  # no Serve running: nothing to stop
+            log.debug("no gateway %s to stop: %s", name, exc)
+
     # -- what only a driver does -------------------------------------------------------------
 
     def start_registry(self, interval_s: float, misses: int, pin: str | None) -> RegistryPort:
@@ -318,6 +345,54 @@ class RayCluster:
         """Names of the live actors of this namespace."""
         return [str(n["name"]) for n in ray.util.list_named_actors(all_namespaces=True)
                 if n.get("namespace") == self.namespace]
+
+
+#: Calls one gateway replica carries at once, and calls queued for replicas beyond that.
+GATEWAY_MAX_ONGOING = 1000
+GATEWAY_MAX_QUEUED = 2000
+_GATEWAY_CLASS: Any = None
+
+
+def _gateway_deployment() -> Any:
+    """The gateway's Serve deployment: :class:`reach.gateway.server.GatewayServer` behind
+    Serve's ASGI ingress (made once per process: Serve pickles the class by reference)."""
+    global _GATEWAY_CLASS  # noqa: PLW0603 - one class per process
+    if _GATEWAY_CLASS is None:
+        from ray import serve
+
+        from reach.gateway.server import GatewayServer
+
+        @serve.ingress()
+        class ReachGateway(GatewayServer):
+            def __serve_build_asgi_app__(self) -> Any:
+                return self.app
+
+            async def check_health(self) -> None:
+                await self.health()
+
+            async def __del__(self) -> None:
+                await self.close()
+
+        _GATEWAY_CLASS = serve.deployment(ReachGateway)
+    return _GATEWAY_CLASS
+
+
+def _wait_running(name: str, timeout_s: float) -> None:
+    """Waits until Serve reports the application running (raises ConfigError when it fails)."""
+    import time
+
+    from ray import serve
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = serve.status().applications.get(name)
+        state = str(status.status) if status is not None else "NOT_STARTED"
+        if state.endswith("RUNNING"):
+            return
+        if state.endswith(("DEPLOY_FAILED", "UNHEALTHY")) or time.monotonic() > deadline:
+            message = status.message if status is not None else "never started"
+            raise ConfigError(f"the gateway application {name!r} is {state}: {message}")
+        time.sleep(0.2)
 
 
 def is_initialized() -> bool:

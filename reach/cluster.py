@@ -44,6 +44,7 @@ from reach.records import (
 if TYPE_CHECKING:
     from reach._runtime.tasks import TaskSpec
     from reach.agent import Agent
+    from reach.gateway.options import GatewayOptions
     from reach.security.guard import Guard, SecurityConfig
     from reach.supervision import SupervisorSpec
 
@@ -109,6 +110,11 @@ class HostPort(Endpoint, Protocol):
         """Agents here with their loads, transport counters and resident memory (for tools)."""
         ...
 
+    def describe(self, agent_ids: list[str]) -> Awaitable[dict[str, list[dict[str, Any]]]]:
+        """The handlers of these agents (those here): for each, a list of
+        ``{"schema", "returns", "streaming", "reads_text", "json_schema"}``."""
+        ...
+
     def offer_as_spare(self, shape: str) -> Awaitable[None]:
         """Offers this empty host to the registry as a warm spare of ``shape`` (until it is
         given agents), heartbeating so that a dead spare is never handed out for long."""
@@ -122,8 +128,11 @@ class RegistryPort(Protocol):
     :func:`reach.security.guard.signed_call`).
     """
 
-    def lookup(self, agent_id: str) -> Awaitable[AgentRecord | None]:
-        """One agent's record; None if unknown; status ``recovering`` if it may yet appear."""
+    def lookup(self, agent_id: str, newer_than: int = -1,
+               wait_s: float = 0.0) -> Awaitable[AgentRecord | None]:
+        """One agent's record; None if unknown; status ``recovering`` if it may yet appear.
+        With ``wait_s``, waits (a long poll) while it restarts or its epoch is not above
+        ``newer_than``, answering the moment its new incarnation registers."""
         ...
 
     def discover(self, capability: str, text: str | None, limit: int | None,
@@ -200,7 +209,8 @@ class RegistryPort(Protocol):
 
 
 class StorePort(Endpoint, Protocol):
-    """The session store: sessions, pending requests, recorded replies, the audit log."""
+    """The session store: sessions, pending requests, recorded replies, the audit log, and the
+    A2A gateway's tasks (each a serialized ``Task``, owned by one caller)."""
 
     def open_session(self, session_id: str, initiator: str, responder: str,
                      terms: dict[str, Any], limits: dict[str, Any]) -> Awaitable[dict[str, Any]]:
@@ -255,6 +265,32 @@ class StorePort(Endpoint, Protocol):
     def audit_records(self, trace_id: str | None, agent: str | None,
                       limit: int) -> Awaitable[list[dict[str, Any]]]:
         """Audit records, oldest first: all, or those of one trace or one agent."""
+        ...
+
+    def a2a_save(self, task_id: str, owner: str, *, context_id: str, state: int,
+                 updated: int | None, doc: bytes) -> Awaitable[None]:
+        """Saves (inserts or replaces) an A2A task of ``owner``: its context, ``TaskState``
+        number, status timestamp in epoch nanoseconds (None if none) and serialized ``Task``;
+        AuthError if the task ID is another owner's."""
+        ...
+
+    def a2a_get(self, task_id: str, owner: str) -> Awaitable[bytes | None]:
+        """An A2A task's serialized ``Task``, if ``owner`` has that task."""
+        ...
+
+    def a2a_list(self, owner: str, *, context_id: str = "", state: int = 0,
+                 updated_after: int | None = None, page_size: int,
+                 after: tuple[int | None, str] | None = None, inclusive: bool = False,
+                 ) -> Awaitable[tuple[list[bytes], tuple[int | None, str] | None, int]]:
+        """A page of an owner's A2A tasks, by status timestamp then task ID, both descending
+        (tasks without a timestamp last), filtered by context, state and timestamp (``""``,
+        0, None: no filter), starting past the position ``after`` (``(updated, task_id)``; at
+        it if ``inclusive``): the page, the position of its last task if more follow, and how
+        many tasks pass the filters in all."""
+        ...
+
+    def a2a_delete(self, task_id: str, owner: str) -> Awaitable[bool]:
+        """Deletes an A2A task of ``owner``; False if the owner had none."""
         ...
 
 
@@ -436,6 +472,14 @@ class Cluster(Protocol):
 
     def restarted(self) -> bool:
         """Whether this process is a restart of a process of the same name (registry, store)."""
+        ...
+
+    def start_gateway(self, options: GatewayOptions) -> str:
+        """Starts (or updates) the A2A gateway application; returns the URL it answers at."""
+        ...
+
+    def stop_gateway(self, name: str) -> None:
+        """Stops the gateway application called ``name`` (nothing when none runs)."""
         ...
 
 

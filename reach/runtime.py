@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from reach.errors import (
     ConfigError,
     ReachError,
 )
+from reach.gateway.options import GATEWAY_APP, GatewayOptions
 from reach.protocol import new_id
 from reach.records import AgentRecord, DeadLetter
 from reach.security.guard import (
@@ -272,6 +274,36 @@ class Runtime:
     async def configure_heartbeat(self, interval_s: float, misses: int) -> None:
         """Changes the heartbeat interval and miss count cluster-wide."""
         await self.cluster.registry().configure(interval_s, misses)
+
+    # -- reach from outside ---------------------------------------------------------------------
+
+    def start_gateway(self, options: GatewayOptions | None = None, **settings: Any) -> str:
+        """Serves every agent as an A2A 1.0 agent over HTTP (a Ray Serve application on the
+        cluster); returns its base URL. Blocks until its replicas answer; calling it again
+        updates the running gateway (say, to more replicas).
+
+        Args:
+            options: The gateway's settings; or give them as keywords
+                (:class:`~reach.gateway.options.GatewayOptions`: ``port``, ``replicas``, ...).
+
+        Raises:
+            ConfigError: a setting is invalid, or the gateway failed to start (with Serve's
+                reason).
+        """
+        opts = replace(options, **settings) if options else GatewayOptions(**settings)
+        return self.cluster.start_gateway(opts)
+
+    def stop_gateway(self, name: str = GATEWAY_APP) -> None:
+        """Stops the gateway (agents keep running)."""
+        self.cluster.stop_gateway(name)
+
+    async def connect_a2a(self, url_or_card: Any, **settings: Any) -> AgentRecord:
+        """Makes a remote A2A agent a reach agent: reads its card and registers a proxy agent
+        that reach agents call by ID or capability like any other.
+        See :func:`reach.gateway.outbound.connect` for the settings."""
+        from reach.gateway.outbound import connect
+
+        return await connect(self, url_or_card, **settings)
 
     # -- closing -------------------------------------------------------------------------------
 

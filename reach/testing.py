@@ -54,6 +54,7 @@ from reach.cluster import (
     SupervisorPort,
 )
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
+from reach.gateway.options import GatewayOptions
 from reach.security.guard import Guard, SecurityConfig, guard_for
 
 T = TypeVar("T")
@@ -211,6 +212,9 @@ class FakeCluster:
         self._folder = folder or Path(tempfile.gettempdir())
         self.calls: Counter[tuple[str, str]] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Gateways started on this cluster, by name: a test drives ``gateways[name].app``
+        #: (an ASGI application) with an in-process HTTP client.
+        self.gateways: dict[str, Any] = {}
 
     def __reduce__(self) -> Any:
         raise TypeError("a FakeCluster lives in one process: it is never pickled")
@@ -406,6 +410,17 @@ class FakeCluster:
         """See :meth:`reach.cluster.Cluster.restarted`."""
         proc = _current.get()
         return proc is not None and proc.incarnation > 0
+
+    def start_gateway(self, options: GatewayOptions) -> str:
+        """See :meth:`reach.cluster.Cluster.start_gateway`: one replica, in this loop."""
+        from reach.gateway.server import GatewayServer
+
+        self.gateways[options.name] = GatewayServer(self, options)
+        return options.base_url
+
+    def stop_gateway(self, name: str) -> None:
+        """See :meth:`reach.cluster.Cluster.stop_gateway`."""
+        self.gateways.pop(name, None)
 
     # -- failures a test makes -------------------------------------------------------------
 

@@ -24,6 +24,9 @@ POOL_PREFIX = "reach.pool."
 INBOX_PREFIX = "reach.inbox."
 #: Prefix of a driver's client ID (the sender of what a driver sends).
 DRIVER_PREFIX = "driver:"
+#: Prefix of the principals that calls through the A2A gateway enter reach as
+#: (``a2a:<token name>``): the ACL and the audit log see them as callers of their own.
+GATEWAY_PREFIX = "a2a:"
 #: Prefix of supervisor names.
 SUPERVISOR_PREFIX = "reach.sup."
 
@@ -32,7 +35,7 @@ def is_endpoint(principal: str) -> bool:
     """Whether a sender is one of reach's own processes (a driver, host, supervisor or session
     store), which sign as themselves and are not agents of the registry."""
     return principal.startswith((DRIVER_PREFIX, SUPERVISOR_PREFIX, DEDICATED_PREFIX, POOL_PREFIX,
-                                 STORE_NAME))
+                                 STORE_NAME, GATEWAY_PREFIX))
 
 
 def supervisor_name(name: str) -> str:

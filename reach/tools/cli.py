@@ -1,4 +1,5 @@
-"""The ``reach`` command: ``demo``, ``status``, ``bench``, ``audit`` and ``version``."""
+"""The ``reach`` command: ``demo``, ``gateway``, ``token``, ``status``, ``bench``, ``audit``,
+``keyring`` and ``version``."""
 
 from __future__ import annotations
 
@@ -229,6 +230,57 @@ def _keyring(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gateway(args: argparse.Namespace) -> int:
+    from reach import _ray, runtime
+    from reach.errors import ReachError
+    from reach.tools import customer_service
+
+    try:
+        rt = runtime.init(address=args.address, log_to_driver=False)
+    except ReachError as exc:
+        print(f"reach gateway: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    try:
+        if args.demo_agents:
+            asyncio.run(customer_service.spawn_agents(rt))
+        url = rt.start_gateway(host=args.host, port=args.port, replicas=args.replicas,
+                               public_url=args.public_url, auth=not args.no_auth,
+                               proxy_location="EveryNode" if args.every_node else "HeadOnly")
+        print(f"A2A gateway at {url}  (A2A 1.0, JSON-RPC binding)")
+        print(f"  router card:  {url}/.well-known/agent-card.json")
+        print(f"  agent cards:  {url}/agents/<agent-id>/.well-known/agent-card.json")
+        if not args.no_auth:
+            print("  calls need 'Authorization: Bearer <token>': reach token <name> prints one")
+        if not rt.owns_ray:  # the application keeps running on the cluster
+            return 0
+        print("serving on this machine's own Ray until interrupted (Ctrl-C)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+        return 0
+    except ReachError as exc:
+        print(f"reach gateway: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        if rt.owns_ray:
+            _ray.shutdown()
+
+
+def _token(args: argparse.Namespace) -> int:
+    from reach.errors import AuthError
+    from reach.gateway.auth import token_for
+    from reach.security.guard import resolve_keyring
+    from reach.security.keys import Keyring
+
+    try:
+        ring = Keyring.load(resolve_keyring(args.keyring, create=args.keyring is None))
+        print(token_for(ring, args.name))
+    except (AuthError, ValueError) as exc:
+        print(f"reach token: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``reach`` console command; returns the exit status."""
     parser = argparse.ArgumentParser(prog="reach", description="reach: multi-agent runtime on Ray")
@@ -263,10 +315,27 @@ def main(argv: list[str] | None = None) -> int:
                          help="default: REACH_KEYRING, else .reach/keyring.json")
     keyring.add_argument("--rotate", action="store_true",
                          help="add a new data key and make it current (old ones still decrypt)")
+    gateway = sub.add_parser("gateway", help="serve every agent as an A2A 1.0 agent over HTTP "
+                             "(a Ray Serve application; starts a local Ray unless --address)")
+    gateway.add_argument("--address", default=None, help="Ray cluster address, e.g. auto")
+    gateway.add_argument("--host", default="127.0.0.1", help="address the HTTP proxy listens on")
+    gateway.add_argument("--port", type=int, default=8000)
+    gateway.add_argument("--replicas", type=int, default=1)
+    gateway.add_argument("--public-url", default=None, help="base URL written into agent cards")
+    gateway.add_argument("--no-auth", action="store_true", help="accept calls without a token")
+    gateway.add_argument("--every-node", action="store_true",
+                         help="an HTTP proxy on every node (a real cluster), not the head only")
+    gateway.add_argument("--demo-agents", action="store_true",
+                         help="spawn the demo's customer-service agents first")
+    token = sub.add_parser("token", help="print the gateway bearer token of a caller NAME "
+                           "(derived from the keyring; calls with it enter reach as a2a:NAME)")
+    token.add_argument("name")
+    token.add_argument("--keyring", default=None,
+                       help="default: REACH_KEYRING, else .reach/keyring.json")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "status": _status, "bench": _bench, "audit": _audit,
-                "keyring": _keyring}
+                "keyring": _keyring, "gateway": _gateway, "token": _token}
     if args.command in commands:
         return commands[args.command](args)
     from reach import __version__

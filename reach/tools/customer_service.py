@@ -158,13 +158,20 @@ QUESTIONS = [
 ]
 
 
-async def run(rt: Runtime, say: Callable[[str], None] = print) -> list[Answer]:
-    """Spawns the agents, asks every question through the router, prints who talked to whom."""
-    started = time.perf_counter()
+async def spawn_agents(rt: Runtime, *, refund: bool = True) -> None:
+    """Spawns the router (dedicated) and the order x2, logistics and refund agents (packed);
+    without ``refund``, the refund capability is left for another agent (a remote one)."""
     await rt.spawn(RouterAgent, "router-1", placement=Dedicated())
     await rt.spawn_many(OrderAgent, ["order-1", "order-2"], placement=Packed(pool="cs"))
     await rt.spawn(LogisticsAgent, "logistics-1", placement=Packed(pool="cs"))
-    await rt.spawn(RefundAgent, "refund-1", placement=Packed(pool="cs"))
+    if refund:
+        await rt.spawn(RefundAgent, "refund-1", placement=Packed(pool="cs"))
+
+
+async def run(rt: Runtime, say: Callable[[str], None] = print) -> list[Answer]:
+    """Spawns the agents, asks every question through the router, prints who talked to whom."""
+    started = time.perf_counter()
+    await spawn_agents(rt)
     say(f"spawned 5 agents in {time.perf_counter() - started:.1f} s "
         "(router dedicated; order x2, logistics, refund packed)")
     for info in sorted(await rt.agents(), key=lambda a: a.agent_id):
