@@ -9,6 +9,7 @@ capabilities here and cache the answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
@@ -64,6 +65,8 @@ class Registry:
         self._statuses: set[AgentStatus] = {ONLINE}
         # Warm spares: host name -> (node, shape), offered by empty hosts, taken by claims.
         self.spares_: dict[str, tuple[str, str]] = {}
+        # Lookups waiting for an agent's record to change (its new incarnation registering).
+        self._changes: dict[str, asyncio.Event] = {}
 
     def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
         """The arguments of a call signed by ``host``; a refusal is audited and raised."""
@@ -135,6 +138,7 @@ class Registry:
     def _put(self, rec: AgentRecord) -> None:
         """Stores a record and mirrors it for discovery."""
         self.records[rec.agent_id] = rec
+        self._changed(rec.agent_id)
         self.cands[rec.agent_id] = Candidate(rec.agent_id, rec.capabilities, rec.description,
                                              rec.status is ONLINE, rec.load)
 
@@ -165,6 +169,7 @@ class Registry:
             if rec is not None and rec.host == host:
                 self._unindex(rec)
                 del self.records[agent_id]
+                self._changed(agent_id)
                 del self.cands[agent_id]
                 removed += 1
         return removed
@@ -287,20 +292,27 @@ class Registry:
         return gone
 
     async def mark(self, principal: str, data: bytes, sig: Any) -> None:
-        """Sets the status of agents (``data``: ``[agent_ids, status]``, signed by the supervisor
-        or driver that marks them, e.g. ``restarting``). An unknown agent marked ``restarting``
-        gets a placeholder record until it registers.
+        """Sets the status of agents (``data``: ``[agent_ids, status, up_to]``, signed by the
+        supervisor or driver that marks them, e.g. ``restarting``; ``up_to``, optional, the
+        newest epoch of each agent the mark is about). An unknown agent marked ``restarting``
+        gets a placeholder record until it registers. A host may mark its own agents online or
+        offline (an agent reporting that the remote agent it stands for stopped answering).
 
         Raises:
-            AuthError: the signature does not verify, or the signer is not a supervisor or driver.
+            AuthError: the signature does not verify, or the signer is not a supervisor or driver
+                (nor, for online and offline, the agents' host).
         """
-        agent_ids, status = self._open(principal, data, sig, "mark")
-        if not principal.startswith((SUPERVISOR_PREFIX, DRIVER_PREFIX)):
+        agent_ids, status, *rest = self._open(principal, data, sig, "mark")
+        up_to: dict[str, int] = rest[0] if rest else {}
+        to = AgentStatus(status)
+        if not (principal.startswith((SUPERVISOR_PREFIX, DRIVER_PREFIX))
+                or self._hosted_by(principal, agent_ids, to)):
             raise AuthError(f"{principal!r} may not change the status of agents",
                             details={"reason": "not_a_supervisor", "principal": principal})
-        to = AgentStatus(status)
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
+            if rec is not None and rec.epoch > up_to.get(agent_id, rec.epoch):
+                continue  # a newer incarnation registered already: the mark is not about it
             if rec is None:
                 if to is not RESTARTING:
                     continue
@@ -309,6 +321,11 @@ class Registry:
                 # no such agent exists (a fatal error) until it registers again.
                 rec = AgentRecord(agent_id)
             self._put(dataclasses.replace(rec, status=to))
+
+    def _hosted_by(self, host: str, agent_ids: list[str], to: AgentStatus) -> bool:
+        """Whether ``host`` holds every one of the agents and marks them online or offline."""
+        return to in (ONLINE, OFFLINE) and all(
+            (rec := self.records.get(i)) is not None and rec.host == host for i in agent_ids)
 
     async def hosts(self) -> list[str]:
         """Names of the hosts alive by their heartbeats, most recent last."""
@@ -327,12 +344,36 @@ class Registry:
         """The most recent dead letters, oldest first."""
         return list(self.dead_letters_)[-limit:]
 
-    async def lookup(self, agent_id: str) -> AgentRecord | None:
-        """The record of one agent; None if unknown; status "recovering" if it may yet appear."""
+    def _changed(self, agent_id: str) -> None:
+        waiting = self._changes.pop(agent_id, None)
+        if waiting is not None:
+            waiting.set()
+
+    def _record(self, agent_id: str) -> AgentRecord | None:
         rec = self.records.get(agent_id)
         if rec is None and clock.monotonic() < self.recovering_until:
             return AgentRecord(agent_id, status=RECOVERING)
         return rec
+
+    async def lookup(self, agent_id: str, newer_than: int = -1,
+                     wait_s: float = 0.0) -> AgentRecord | None:
+        """The record of one agent; None if unknown; status "recovering" if it may yet appear.
+
+        With ``wait_s``, a long poll: the answer waits (up to ``wait_s``) while the agent is
+        restarting or its epoch is not above ``newer_than`` (the incarnation a caller found
+        dead), and comes the moment its new incarnation registers: no polling delay.
+        """
+        deadline = clock.monotonic() + wait_s
+        while True:
+            rec = self._record(agent_id)
+            settled = (rec is None or rec.status is OFFLINE
+                       or (rec.status is not RESTARTING and rec.epoch > newer_than))
+            left = deadline - clock.monotonic()
+            if settled or left <= 0:
+                return rec
+            changed = self._changes.setdefault(agent_id, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
 
     async def discover(self, capability: str, text: str | None = None, limit: int | None = None,
                        ) -> tuple[list[AgentRecord], list[str]]:

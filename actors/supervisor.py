@@ -48,7 +48,7 @@ log = logging.getLogger("reach.supervisor")
 
 #: Exits detected within this window are one failure event (a host's agents die together: their
 #: watches fail within a few milliseconds of each other).
-FAILURE_WINDOW_S = 0.01
+FAILURE_WINDOW_S = 0.003
 
 
 class Supervisor:
@@ -284,7 +284,12 @@ class Supervisor:
             return
         if not plan.restart:
             return
-        await self._mark([c for c in plan.restart if c in self.hosts], AgentStatus.RESTARTING)
+        # Callers hold their requests while an agent restarts: the mark goes out now, and is
+        # not waited for (it names the epochs it is about, so that it cannot land on a new
+        # incarnation that registered first).
+        marked = [c for c in plan.restart if c in self.hosts]
+        marking = self._mark(marked, AgentStatus.RESTARTING,
+                             {c: self.epochs[c] for c in marked if c in self.epochs})
         await self._stop_children(list(plan.stop))
         for child_id in plan.restart:
             if child_id in self.started:
@@ -303,6 +308,10 @@ class Supervisor:
         else:  # their order matters: one after another, in start order
             for child_id in plan.restart:
                 await self._restart_child(child_id, plan, detected)
+        try:
+            await marking
+        except ReachError as exc:  # callers then find the old route dead, and wait all the same
+            log.warning("marking %s restarting failed: %s", marked, exc)
 
     async def _restart_child(self, child_id: str, plan: RestartPlan, detected: float) -> None:
         self.stopping.discard(child_id)
@@ -343,10 +352,12 @@ class Supervisor:
         if not future.done():
             future.set_result(error.to_info().model_dump(mode="json"))
 
-    def _mark(self, agent_ids: list[str], status: AgentStatus) -> Any:
-        """The registry call that sets the status of children (signed by this supervisor)."""
+    def _mark(self, agent_ids: list[str], status: AgentStatus,
+              up_to: dict[str, int] | None = None) -> Any:
+        """The registry call that sets the status of children (signed by this supervisor);
+        with ``up_to``, only incarnations no newer than these epochs are marked."""
         data, sig = signed_call(self.transport.codec.guard, self.name,
-                                [agent_ids, status.value])
+                                [agent_ids, status.value, up_to or {}])
         return self.registry.mark(self.name, data, sig)
 
     def _audit(self, record: dict[str, Any]) -> None:

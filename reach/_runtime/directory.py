@@ -14,9 +14,9 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
-from policies.backoff import poll_delay
 from reach import clock
 from reach.cluster import RegistryPort
 from reach.errors import AgentNotFound, AgentUnavailable, NoCapableAgent, ReachError
@@ -31,7 +31,15 @@ HOLDERS_TTL_S = 1.0
 PICK_FROM = 64
 #: Longest wait for the registry when the caller has no deadline.
 REGISTRY_WAIT_S = 10.0
-#: How long a notification waits for a restarting agent before it becomes a dead letter.
+#: Longest long poll of the registry for an agent found dead at its route (its new incarnation
+#: usually registers within tens of milliseconds; one nobody restarts is not waited for longer).
+STALE_WAIT_S = 0.5
+#: Longest long poll of the registry for an agent marked restarting (asked again until the
+#: caller's deadline).
+RESTART_WAIT_S = 2.0
+#: Time kept, of the caller's budget, for the call that follows a lookup.
+LOOKUP_MARGIN_S = 0.005
+#: How a notification waits for a restarting agent before it becomes a dead letter.
 NOTIFY_HOLD_S = 5.0
 
 log = logging.getLogger("reach._runtime.directory")
@@ -56,6 +64,8 @@ class Directory:
         # agent ID -> (host, epoch, expiry): a route is replaced only by one of an epoch as
         # new or newer (an older incarnation's record, from a stale answer, never wins).
         self._routes: dict[str, tuple[str, int, float]] = {}
+        # agent ID -> the epoch of its last route found dead (a lookup waits for a newer one).
+        self._stale: dict[str, int] = {}
         self._principals: dict[str, tuple[tuple[str, ...], float]] = {}
         self._holders: dict[_HoldersKey, _Holders] = {}
         # Invariant: at most one registry call per key is in flight; callers of the key share it.
@@ -111,27 +121,38 @@ class Directory:
                 "restart failed)",
                 details={"agent_id": agent_id, "host": rec.host},
             )
+        # A newer incarnation, or none came in time (nobody restarts it): wait no more.
+        self._stale.pop(agent_id, None)
         self._routes[agent_id] = (rec.host, rec.epoch, clock.monotonic() + ROUTE_TTL_S)
         return rec.host
 
     async def _lookup_settled(self, agent_id: str, deadline: float | None) -> AgentRecord | None:
-        """Looks an agent up, holding while its supervisor restarts it."""
-        attempt = 0
+        """Looks an agent up, holding while its supervisor restarts it.
+
+        The registry holds the lookup (a long poll) while the agent restarts, or, after its
+        route was found dead, until an incarnation newer than the dead one registers (at most
+        STALE_WAIT_S: an agent nobody restarts is not waited for long); it answers the moment
+        the new incarnation registers.
+        """
+        newer_than = self._stale.get(agent_id, -1)
+        wait = STALE_WAIT_S if newer_than >= 0 else 0.0
         while True:
-            rec = await self._once(("lookup", agent_id),
-                                   lambda: self.registry.lookup(agent_id), deadline)
+            left = REGISTRY_WAIT_S / 2 if deadline is None else deadline - clock.now()
+            ask = max(min(wait, left - LOOKUP_MARGIN_S), 0.0)
+            # Concurrent callers of the same wait share one registry call.
+            rec = await self._once(("lookup", agent_id, newer_than, wait),
+                                   partial(self.registry.lookup, agent_id, newer_than, ask),
+                                   deadline)
             if rec is None or rec.status is not AgentStatus.RESTARTING:
                 return rec
-            delay = poll_delay(attempt, self._rng)
-            if deadline is None or clock.now() + delay >= deadline:
+            if deadline is None or deadline - clock.now() <= LOOKUP_MARGIN_S:
                 raise AgentUnavailable(
                     f"agent {agent_id!r} is restarting and is not back before the request's "
                     "deadline",
                     suggestion="retry later, or give the request a longer timeout",
                     details={"agent_id": agent_id, "restarting": True},
                 )
-            await asyncio.sleep(delay)  # poll: the registry does not push
-            attempt += 1
+            wait = RESTART_WAIT_S
 
     async def _ask(self, call: Awaitable[T], deadline: float | None) -> T:
         """Awaits a registry call, no longer than the caller's deadline (or REGISTRY_WAIT_S)."""
@@ -187,13 +208,16 @@ class Directory:
                                              clock.monotonic() + ROUTE_TTL_S)
 
     def drop(self, agent_id: str) -> None:
-        """Forgets the route of one agent (its host did not have it)."""
-        self._routes.pop(agent_id, None)
+        """Forgets the route of one agent (its host did not have it); the next lookup waits
+        for an incarnation newer than the one dropped."""
+        gone = self._routes.pop(agent_id, None)
+        if gone is not None:
+            self._stale[agent_id] = max(gone[1], self._stale.get(agent_id, -1))
 
     def drop_endpoint(self, endpoint: str) -> None:
         """Forgets every route and holder list through a dead host."""
         for agent_id in [a for a, (host, *_) in self._routes.items() if host == endpoint]:
-            del self._routes[agent_id]
+            self.drop(agent_id)
         self._holders.clear()
 
     async def holders(self, capability: str, text: str | None = None,
