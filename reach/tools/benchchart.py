@@ -1,9 +1,10 @@
 """The benchmark chart: throughput and latency by contestant, drawn from ``bench/results/*.json``.
 
-Eight panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
+Ten panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
 contestants (raw Ray first, then each reach placement), the same for the I/O-bound scenario's
 (with each one's share of the ideal throughput), the codec's cost per envelope beside pickle,
-the session store's append rate by commit strategy, and the p50/p95 restart latency (an agent's
+the session store's append rate by commit strategy, A2A calls through the gateway beside the
+direct client, a trivial Ray Serve echo and the outbound proxy, and the p50/p95 restart latency (an agent's
 death to its new incarnation's first reply) after a SIGKILL and after a crash, Ray's own restart
 first, then reach's, against the goals. A panel whose results file is missing says so instead
 of failing, so a partial run still gives a chart.
@@ -25,12 +26,16 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
 
 #: The results files the chart reads, by benchmark name.
-FILES = ("seed_scenario", "io_bound", "codec", "sessions", "restart")
+FILES = ("seed_scenario", "io_bound", "codec", "sessions", "gateway", "restart")
 RAW_COLOUR = "#8c8c8c"
 P50_COLOUR, P95_COLOUR = "#4c72b0", "#dd8452"
 REACH_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#bcbd22")
 #: Words of a contestant's key said otherwise in its label (``packed_id``: reach packed by ID).
 LABEL_WORDS = {"id": "by ID", "capability": "by capability"}
+#: The gateway benchmark's contestants (``bench/gateway.py``), in the chart's order and words.
+GATEWAY_LABELS = {"serve_echo": "Serve echo", "direct": "reach direct",
+                  "gateway": "A2A via gateway", "a2a_direct": "A2A server direct",
+                  "outbound": "reach via A2A proxy"}
 #: The restart benchmark's contestants (``bench/restart.py``), as the chart names them.
 RESTART_LABELS = {"ray": "Ray's own restart", "packed": "reach packed",
                   "dedicated_spare": "reach dedicated + warm spare",
@@ -73,6 +78,14 @@ def contestants(figures: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]
              if isinstance(value, Mapping) and {"msgs_per_s", "p50_ms", "p95_ms"} <= value.keys()]
     found.sort(key=lambda kv: kv[0] != "raw")  # stable: raw first, the rest as written
     return [("raw Ray" if key == "raw" else _label(key), value) for key, value in found]
+
+
+def gateway_contestants(figures: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The gateway benchmark's contestants as (label, figures), in :data:`GATEWAY_LABELS`'
+    order; those without figures are left out."""
+    return [(label, figures[key]) for key, label in GATEWAY_LABELS.items()
+            if isinstance(figures.get(key), Mapping)
+            and {"msgs_per_s", "p50_ms", "p95_ms"} <= figures[key].keys()]
 
 
 def _label(key: str) -> str:
@@ -125,13 +138,14 @@ def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmark
     Returns:
         ``out``, written (its folder is created if need be).
     """
-    fig = Figure(figsize=(13, 17.5), dpi=100, layout="constrained")
+    fig = Figure(figsize=(13, 22), dpi=100, layout="constrained")
     fig.suptitle(title, fontsize=15)
-    rows = fig.subfigures(4, 1, squeeze=False)  # laid out apart: long labels below widen nothing
+    rows = fig.subfigures(5, 1, squeeze=False)  # laid out apart: long labels below widen nothing
     through, latency = rows[0, 0].subplots(1, 2)
     io_through, io_latency = rows[1, 0].subplots(1, 2)
     codec, sessions = rows[2, 0].subplots(1, 2)
-    restart_axes = rows[3, 0].subplots(1, len(RESTART_KINDS))
+    gw_through, gw_latency = rows[3, 0].subplots(1, 2)
+    restart_axes = rows[4, 0].subplots(1, len(RESTART_KINDS))
     seed = contestants(results.get("seed_scenario", {}))
     _throughput(through, seed, "Seed scenario", "bench/seed_scenario.py")
     _latency(latency, seed, "Seed scenario", "bench/seed_scenario.py")
@@ -141,6 +155,9 @@ def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmark
     _latency(io_latency, io, "I/O-bound handlers", "bench/io_bound.py")
     _codec(codec, results.get("codec", {}))
     _sessions(sessions, results.get("sessions", {}))
+    gateway = gateway_contestants(results.get("gateway", {}))
+    _throughput(gw_through, gateway, "A2A from outside", "bench/gateway.py")
+    _latency(gw_latency, gateway, "A2A from outside", "bench/gateway.py")
     restart = results.get("restart", {})
     for ax, kind in zip(restart_axes, RESTART_KINDS, strict=True):
         _restart(ax, restart, kind)

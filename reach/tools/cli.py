@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "sessions": ("--quick",),
     "io_bound": ("--quick",),
     "restart": ("--quick",),
+    "gateway": ("--quick",),
 }
 #: A benchmark silent for this long gets a line saying it is still running.
 QUIET_S = 15.0

@@ -79,7 +79,7 @@ RESTART = {
     },
 }
 #: The chart's rows are this many pixels high; the restart benchmark's is the last.
-ROW_PX = 1750 // 4
+ROW_PX = 2200 // 5
 
 
 def write(folder: Path, **results: Any) -> Path:
@@ -92,7 +92,7 @@ def write(folder: Path, **results: Any) -> Path:
 def assert_png(path: Path) -> np.ndarray:
     assert path.read_bytes()[:8] == PNG_SIGNATURE
     image = imread(path)
-    assert image.shape == (1750, 1300, 4)
+    assert image.shape == (2200, 1300, 4)
     assert float(image[..., :3].std()) > 0.05, "the chart is not blank"
     return image
 
@@ -172,8 +172,31 @@ def test_the_restart_row_is_drawn_from_its_figures_and_leaves_the_other_panels_a
     others = {"seed_scenario": SEED, "io_bound": IO_BOUND, "codec": CODEC, "sessions": SESSIONS}
     without = assert_png(benchchart.draw(others, tmp_path / "without.png"))
     with_ = assert_png(benchchart.draw({**others, "restart": RESTART}, tmp_path / "with.png"))
+    assert np.array_equal(with_[:4 * ROW_PX], without[:4 * ROW_PX])
+    assert not np.array_equal(with_[4 * ROW_PX:], without[4 * ROW_PX:])
+
+
+GATEWAY = {"clients": 100, "direct": {"msgs_per_s": 3100.0, "p50_ms": 30.1, "p95_ms": 41.0},
+           "gateway": {"msgs_per_s": 1020.0, "p50_ms": 90.0, "p95_ms": 120.0},
+           "serve_echo": {"msgs_per_s": 1500.0, "p50_ms": 60.0, "p95_ms": 80.0},
+           "gateway_added_p50_ms": 59.9}
+
+
+def test_gateway_contestants_come_in_the_chart_order_and_only_with_figures() -> None:
+    found = benchchart.gateway_contestants({**GATEWAY, "outbound": {"msgs_per_s": 5.0}})
+    assert [label for label, _ in found] == ["Serve echo", "reach direct", "A2A via gateway"]
+    assert benchchart.gateway_contestants({}) == []
+
+
+def test_the_gateway_row_is_drawn_from_its_figures_and_leaves_the_rows_above_as_they_were(
+    tmp_path: Path,
+) -> None:
+    others = {"seed_scenario": SEED, "io_bound": IO_BOUND, "codec": CODEC, "sessions": SESSIONS}
+    without = assert_png(benchchart.draw(others, tmp_path / "without.png"))
+    with_ = assert_png(benchchart.draw({**others, "gateway": GATEWAY}, tmp_path / "with.png"))
     assert np.array_equal(with_[:3 * ROW_PX], without[:3 * ROW_PX])
-    assert not np.array_equal(with_[3 * ROW_PX:], without[3 * ROW_PX:])
+    assert not np.array_equal(with_[3 * ROW_PX:4 * ROW_PX], without[3 * ROW_PX:4 * ROW_PX])
+    assert np.array_equal(with_[4 * ROW_PX + ROW_PX // 4:], without[4 * ROW_PX + ROW_PX // 4:])
 
 
 def test_a_restart_panel_draws_what_it_has_a_contestant_that_never_came_back_among_them(

@@ -1,0 +1,354 @@
+"""reach from outside: A2A ``SendMessage`` through the gateway, beside the direct reach client.
+
+20 agents packed in a pool of 2 hosts answer a small JSON payload with Chinese text; K callers
+(100 by default) each keep one request outstanding, one after the other, on the same agents:
+
+- direct:      the reach client of this driver, ``rt.client.request`` by agent ID;
+- gateway:     A2A 1.0 ``SendMessage`` (JSON-RPC binding) over HTTP to ``/agents/<id>``, through
+               Ray Serve's proxy and the gateway's replicas, with a bearer token: K HTTP clients
+               with a connection each (httpx, in this process);
+- serve_echo:  the anchor: a trivial Ray Serve deployment on the same proxy that echoes the JSON
+               body (what Serve's HTTP path costs with no A2A and no reach behind it);
+- outbound:    a reach agent's view of a remote A2A agent: ``rt.client.request`` to the proxy
+               agent ``rt.connect_a2a`` registered for an A2A server (the SDK's own server
+               parts, in a process of its own), beside
+- a2a_direct:  the same A2A server called directly over HTTP.
+
+Everything shares this machine's cores (the HTTP clients too, as a load generator on the same
+box would). Security is reach's default (signed envelopes, audited calls). Prints msg/s and
+p50/p95/p99 for each, the gateway's added latency (its p50 minus direct's) and the outbound
+proxy's; checks the goal (gateway >= 1,000 msg/s with p95 <= 80 ms); writes
+bench/results/gateway.json (``--quick``: bench/results/quick/gateway.json).
+Run: ``python bench/gateway.py [--requests N] [--clients K] [--replicas R] [--address ADDR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+from quiet import settle
+
+import reach
+
+RESULTS = Path(__file__).parent / "results"
+AGENTS = 20
+TEXT = "你好，我的订单 A-1024 什么时候到？"
+GOAL_MSGS_PER_S = 1000
+GOAL_P95_MS = 80.0
+
+
+@reach.schema("bench.ask@1.0")
+class Ask(BaseModel):
+    n: int
+    text: str
+
+
+@reach.schema("bench.said@1.0")
+class Said(BaseModel):
+    n: int
+    text: str
+
+
+class EchoAgent(reach.Agent):
+    capabilities = ("bench.echo",)
+    description = "Says back what it was told (a stand-in for a quick agent)."
+
+    @reach.handler(Ask, returns=Said)
+    async def echo(self, ctx: reach.Context, ask: Ask) -> Said:
+        return Said(n=ask.n, text=ask.text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def find_n(doc: Any) -> int | None:
+    """The ``n`` of an answer anywhere in a JSON-RPC result (a task's artifact, a message)."""
+    if isinstance(doc, dict):
+        if isinstance(doc.get("n"), (int, float)) and "text" in doc:
+            return int(doc["n"])
+        items = list(doc.values())
+    elif isinstance(doc, list):
+        items = doc
+    else:
+        return None
+    for item in items:
+        found = find_n(item)
+        if found is not None:
+            return found
+    return None
+
+
+def send_message(i: int) -> dict[str, Any]:
+    """An A2A 1.0 SendMessage JSON-RPC request whose data part is an ``Ask``."""
+    return {"jsonrpc": "2.0", "id": i, "method": "SendMessage",
+            "params": {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                                   "parts": [{"data": {"n": i, "text": TEXT}}]}}}
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+async def drive(send: Callable[[int], Awaitable[int]], total: int, clients: int
+                ) -> dict[str, Any]:
+    """``clients`` callers, each with one request outstanding, until ``total`` have ended."""
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    next_i = 0
+
+    async def caller() -> None:
+        nonlocal next_i
+        while next_i < total:
+            i = next_i
+            next_i += 1
+            t0 = time.perf_counter()
+            try:
+                got = await send(i)
+            except Exception as exc:  # a failure is a figure here, not the end of the run
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
+            if got == i:
+                latencies.append(time.perf_counter() - t0)
+            else:
+                errors["wrong_answer"] = errors.get("wrong_answer", 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(clients)))
+    wall = time.perf_counter() - started
+    q = (statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1
+         else [math.nan] * 99)
+    return {"messages": total, "errors": sum(errors.values()), "error_kinds": errors,
+            "seconds": round(wall, 3), "msgs_per_s": round(len(latencies) / wall, 1),
+            "p50_ms": round(q[49] * 1000, 1), "p95_ms": round(q[94] * 1000, 1),
+            "p99_ms": round(q[98] * 1000, 1)}
+
+
+async def measured(name: str, send: Callable[[int], Awaitable[int]], total: int,
+                   clients: int) -> dict[str, Any]:
+    await settle()
+    await drive(send, min(total, clients * 4), clients)  # warm-up
+    figures = await drive(send, total, clients)
+    show(name, figures)
+    return figures
+
+
+def show(name: str, r: dict[str, Any]) -> None:
+    print(f"{name:<11} {r['msgs_per_s']:>7.0f} msg/s   p50 {r['p50_ms']:>6.1f} ms   "
+          f"p95 {r['p95_ms']:>6.1f} ms   p99 {r['p99_ms']:>6.1f} ms"
+          + (f"   ERRORS {r['error_kinds']}" if r["errors"] else ""), flush=True)
+
+
+def http_client(clients: int, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    return httpx.AsyncClient(limits=limits, timeout=30.0, headers=headers)
+
+
+# -- contestants --------------------------------------------------------------------------------
+
+async def run_direct(rt: reach.Runtime, ids: list[str], total: int, clients: int
+                     ) -> dict[str, Any]:
+    async def send(i: int) -> int:
+        reply = await rt.client.request(ids[i % AGENTS], Ask(n=i, text=TEXT), returns=Said)
+        return reply.value.n
+
+    return await measured("direct", send, total, clients)
+
+
+async def run_gateway(url: str, token: str, ids: list[str], total: int, clients: int
+                      ) -> dict[str, Any]:
+    async with http_client(clients, {"Authorization": f"Bearer {token}"}) as http:
+        async def send(i: int) -> int:
+            r = await http.post(f"{url}/agents/{ids[i % AGENTS]}", json=send_message(i))
+            body = r.json()
+            if r.status_code != 200 or "error" in body:
+                raise RuntimeError(f"{r.status_code}: {body.get('error')}")
+            n = find_n(body.get("result"))
+            if n is None:
+                raise RuntimeError(f"no answer in {body}")
+            return n
+
+        return await measured("gateway", send, total, clients)
+
+
+async def run_serve_echo(url: str, total: int, clients: int) -> dict[str, Any]:
+    async with http_client(clients) as http:
+        async def send(i: int) -> int:
+            r = await http.post(f"{url}/bench-echo", json=send_message(i))
+            return int(r.json()["params"]["message"]["parts"][0]["data"]["n"])
+
+        return await measured("serve_echo", send, total, clients)
+
+
+def start_serve_echo() -> None:
+    """A trivial Ray Serve application at /bench-echo on the gateway's proxy (the anchor)."""
+    from ray import serve
+    from starlette.requests import Request
+
+    @serve.deployment(max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+    class Echo:
+        async def __call__(self, request: Request) -> Any:
+            return await request.json()
+
+    serve.run(Echo.bind(), name="bench-echo", route_prefix="/bench-echo")
+
+
+A2A_SERVER = '''
+import sys, uvicorn
+from starlette.applications import Starlette
+from a2a.server.agent_execution import AgentExecutor
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import a2a_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+
+port = int(sys.argv[1])
+url = f"http://127.0.0.1:{port}"
+
+class Echo(AgentExecutor):
+    async def execute(self, context, event_queue):
+        data = MessageToDict(context.message.parts[0].data)
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        part = pb.Part()
+        part.data.update(data)
+        await updater.add_artifact([part])
+        await updater.complete()
+
+    async def cancel(self, context, event_queue):
+        raise RuntimeError("nothing to cancel")
+
+card = pb.AgentCard(
+    name="bench-echo", description="Says back what it was told.", version="1.0",
+    supported_interfaces=[pb.AgentInterface(url=url, protocol_binding="JSONRPC",
+                                            protocol_version="1.0")],
+    capabilities=pb.AgentCapabilities(streaming=False),
+    default_input_modes=["application/json"], default_output_modes=["application/json"],
+    skills=[pb.AgentSkill(id="bench.echo", name="echo", description="echo",
+                          tags=["bench.echo"])])
+handler = DefaultRequestHandler(Echo(), InMemoryTaskStore(), card)
+app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+'''
+
+
+async def start_a2a_server() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", A2A_SERVER, str(port)])
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as http:
+        for _ in range(200):
+            try:
+                if (await http.get(f"{url}/.well-known/agent-card.json")).status_code == 200:
+                    return proc, url
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the A2A server did not start")
+
+
+async def run_outbound(rt: reach.Runtime, total: int, clients: int) -> dict[str, Any]:
+    proc, url = await start_a2a_server()
+    try:
+        record = await rt.connect_a2a(url)
+        out: dict[str, Any] = {}
+
+        async def via_proxy(i: int) -> int:
+            reply = await rt.client.request(record.agent_id, {"data": {"n": i, "text": TEXT}},
+                                            "a2a.message@1.0")
+            n = find_n(reply.value.model_dump(mode="json"))
+            if n is None:
+                raise RuntimeError(f"no answer in {reply.value}")
+            return n
+
+        out["outbound"] = await measured("outbound", via_proxy, total, clients)
+        async with http_client(clients) as http:
+            async def direct(i: int) -> int:
+                r = await http.post(f"{url}/", json=send_message(i))
+                n = find_n(r.json().get("result"))
+                if n is None:
+                    raise RuntimeError(f"no answer in {r.text[:200]}")
+                return n
+
+            out["a2a_direct"] = await measured("a2a_direct", direct, total, clients)
+        return out
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    from reach.gateway.auth import token_for
+    from reach.security.keys import Keyring
+
+    rt = reach.init(address=args.address, log_to_driver=False)
+    await rt.agents()  # reach.init returns before its registry is up
+    ids = [f"echo-{i}" for i in range(AGENTS)]
+    await rt.spawn_many(EchoAgent, ids, placement=reach.Packed(pool="bench-gw", size=2))
+    port = free_port()
+    url = rt.start_gateway(port=port, replicas=args.replicas)
+    keyring = rt.cluster.security.keyring
+    assert keyring is not None
+    token = token_for(Keyring.load(keyring), "bench")
+    start_serve_echo()
+    print(f"{AGENTS} agents (packed), {args.clients} callers, {args.requests} requests each; "
+          f"gateway {url} with {args.replicas} replica(s)", flush=True)
+    results: dict[str, Any] = {"agents": AGENTS, "clients": args.clients,
+                               "replicas": args.replicas, "cpus": os.cpu_count()}
+    try:
+        results["direct"] = await run_direct(rt, ids, args.requests, args.clients)
+        results["gateway"] = await run_gateway(url, token, ids, args.requests, args.clients)
+        results["serve_echo"] = await run_serve_echo(url, args.requests, args.clients)
+        if not args.no_outbound:
+            results.update(await run_outbound(rt, args.requests, args.clients))
+    finally:
+        rt.stop_gateway()
+        await rt.close()
+    gw, direct = results["gateway"], results["direct"]
+    results["gateway_added_p50_ms"] = round(gw["p50_ms"] - direct["p50_ms"], 1)
+    results["goal"] = {"msgs_per_s": GOAL_MSGS_PER_S, "p95_ms": GOAL_P95_MS,
+                       "met": gw["msgs_per_s"] >= GOAL_MSGS_PER_S and gw["p95_ms"] <= GOAL_P95_MS}
+    print(f"gateway adds {results['gateway_added_p50_ms']} ms at p50 over the direct client; "
+          f"goal (>= {GOAL_MSGS_PER_S} msg/s, p95 <= {GOAL_P95_MS:.0f} ms) "
+          f"{'met' if results['goal']['met'] else 'NOT met'}")
+    if "outbound" in results:
+        results["outbound_added_p50_ms"] = round(
+            results["outbound"]["p50_ms"] - results["a2a_direct"]["p50_ms"], 1)
+        print(f"the outbound proxy adds {results['outbound_added_p50_ms']} ms at p50 over "
+              "calling the A2A server directly")
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--address", default=None)
+    parser.add_argument("--no-outbound", action="store_true", help="skip the outbound proxy")
+    parser.add_argument("--quick", action="store_true",
+                        help="2,000 requests each; figures to bench/results/quick/")
+    arguments = parser.parse_args()
+    if arguments.quick:
+        arguments.requests = 2000
+    figures = asyncio.run(main(arguments))
+    out = RESULTS / "quick" if arguments.quick else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gateway.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'gateway.json'}")
