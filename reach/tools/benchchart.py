@@ -4,10 +4,10 @@ Ten panels in one PNG: messages per second and p50/p95 latency of the seed scena
 contestants (raw Ray first, then each reach placement), the same for the I/O-bound scenario's
 (with each one's share of the ideal throughput), the codec's cost per envelope beside pickle,
 the session store's append rate by commit strategy, A2A calls through the gateway beside the
-direct client, a trivial Ray Serve echo and the outbound proxy, and the p50/p95 restart latency (an agent's
-death to its new incarnation's first reply) after a SIGKILL and after a crash, Ray's own restart
-first, then reach's, against the goals. A panel whose results file is missing says so instead
-of failing, so a partial run still gives a chart.
+direct client, a trivial Ray Serve echo and the outbound proxy, and the p50/p95 restart latency
+(an agent's death to its new incarnation's first reply) after a SIGKILL and after a crash, Ray's
+own restart first, then reach's, against the goals. A panel whose results file is missing says
+so instead of failing, so a partial run still gives a chart.
 """
 
 from __future__ import annotations
