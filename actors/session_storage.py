@@ -5,6 +5,8 @@ the storage one :class:`WriteBatch` per group commit; the storage writes it in o
 Two decisions are the transaction's own, because they must be atomic with the write: a claim's
 fencing token (the request's counter, plus one) and whether a reply commits (its token is still
 the request's latest and no reply is recorded yet); :class:`Written` reports them.
+The same database keeps the A2A gateway's tasks (table ``a2a_tasks``): each an opaque document
+(a serialized ``Task``) with the columns it is found and listed by, owned by one caller.
 Another database replaces SQLite by implementing :class:`SessionStorage`.
 """
 
@@ -22,6 +24,13 @@ import msgpack
 from policies.audit import GENESIS
 from reach.errors import StorageError
 
+#: An A2A task row: ``(task_id, context_id, owner, state, updated, doc)``; ``state`` is the
+#: ``TaskState`` number, ``updated`` its status timestamp in epoch nanoseconds (None if it has
+#: none), ``doc`` the serialized ``Task``.
+A2ATaskRow = tuple[str, str, str, int, int | None, bytes]
+#: A position in the A2A list order: ``(updated, task_id)`` of a task.
+A2ACursor = tuple[int | None, str]
+
 
 @dataclass
 class WriteBatch:
@@ -30,6 +39,9 @@ class WriteBatch:
     ``claims`` are ``(request_id, agent_id, at)``; ``commits`` are ``(request_id, token,
     agent_id, payload, schema, at)``. Commits are applied before claims: a reply that arrives
     with a later holder's claim is not fenced off by it (that holder then gets the reply).
+    ``a2a_saves`` are ``(task_id, context_id, owner, state, updated, doc)``, ``a2a_deletes``
+    ``(task_id, owner)``; saves go before deletes (writes of one batch are concurrent, so any
+    order of them is one their callers could have seen).
     """
 
     sessions: list[tuple[str, str, str, str, float]] = field(default_factory=list)
@@ -42,11 +54,13 @@ class WriteBatch:
     claims: list[tuple[str, str, float]] = field(default_factory=list)
     commits: list[tuple[str, int, str, bytes, str, float]] = field(default_factory=list)
     audit: list[tuple[int, float, str, str, str]] = field(default_factory=list)
+    a2a_saves: list[A2ATaskRow] = field(default_factory=list)
+    a2a_deletes: list[tuple[str, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return (len(self.sessions) + len(self.messages) + len(self.folds) + len(self.pending)
                 + len(self.resolutions) + len(self.claims) + len(self.commits)
-                + len(self.audit))
+                + len(self.audit) + len(self.a2a_saves) + len(self.a2a_deletes))
 
 
 @dataclass
@@ -57,11 +71,16 @@ class Written:
         resolved: Per resolution, whether it ended an open request.
         tokens: Per claim, the request's new fencing token (1, 2, 3... per request).
         committed: Per commit, whether its reply is now the recorded one.
+        a2a_saved: Per A2A task saved, whether it was written (False: the task ID is another
+            owner's, which is left as it was).
+        a2a_deleted: Per A2A task deleted, whether the owner had it.
     """
 
     resolved: list[bool] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     committed: list[bool] = field(default_factory=list)
+    a2a_saved: list[bool] = field(default_factory=list)
+    a2a_deleted: list[bool] = field(default_factory=list)
 
 
 class SessionStorage(Protocol):
@@ -108,6 +127,17 @@ class SessionStorage(Protocol):
                             limit: int) -> list[dict[str, Any]]:
         """Audit records, oldest first, optionally of one trace or one agent."""
 
+    async def a2a_task(self, task_id: str, owner: str) -> bytes | None:
+        """An A2A task's document, if ``owner`` has that task."""
+
+    async def a2a_tasks(self, owner: str, *, context_id: str, state: int,
+                        updated_after: int | None, limit: int, after: A2ACursor | None,
+                        inclusive: bool) -> tuple[list[tuple[str, int | None, bytes]], int]:
+        """An owner's A2A tasks, newest update first (those without one last, each group by
+        task ID descending): up to ``limit`` ``(task_id, updated, doc)`` rows from past
+        ``after`` (or from it, if ``inclusive``), and how many tasks pass the filters in all.
+        An empty ``context_id``, a ``state`` of 0 or no ``updated_after`` filter nothing."""
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions(
@@ -132,6 +162,11 @@ CREATE TABLE IF NOT EXISTS claims(
 CREATE TABLE IF NOT EXISTS audit(
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,
     record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS a2a_tasks(
+    task_id TEXT PRIMARY KEY, context_id TEXT NOT NULL, owner TEXT NOT NULL,
+    state INTEGER NOT NULL, updated INTEGER, doc BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS a2a_tasks_by_owner ON a2a_tasks(owner, updated, task_id);
+CREATE INDEX IF NOT EXISTS a2a_tasks_by_context ON a2a_tasks(owner, context_id, updated, task_id);
 """
 
 
@@ -145,6 +180,26 @@ async def _claim(db: aiosqlite.Connection, request_id: str, agent_id: str, at: f
         row = await cur.fetchone()
     assert row is not None  # just written, in this transaction
     return int(row[0])
+
+
+#: Inserts an A2A task, or replaces it if the same owner has it (another owner's is kept).
+_A2A_SAVE = (
+    "INSERT INTO a2a_tasks(task_id, context_id, owner, state, updated, doc) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET "
+    "context_id = excluded.context_id, state = excluded.state, updated = excluded.updated, "
+    "doc = excluded.doc WHERE a2a_tasks.owner = excluded.owner")
+
+
+def _a2a_after(after: A2ACursor | None, inclusive: bool) -> tuple[str, tuple[Any, ...]]:
+    """The SQL condition (and its arguments) of the tasks past ``after`` in the list order."""
+    if after is None:
+        return "1", ()
+    updated, task_id = after
+    op = "<=" if inclusive else "<"
+    if updated is None:
+        return f"updated IS NULL AND task_id {op} ?", (task_id,)
+    return (f"(updated < ? OR (updated = ? AND task_id {op} ?) OR updated IS NULL)",
+            (updated, updated, task_id))
 
 
 def pack(value: Any) -> bytes:
@@ -248,6 +303,13 @@ class SqliteStorage:
                 await db.executemany(
                     "INSERT INTO audit(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)",
                     batch.audit)
+            for row in batch.a2a_saves:
+                cursor = await db.execute(_A2A_SAVE, row)
+                written.a2a_saved.append(cursor.rowcount == 1)
+            for task_id, owner in batch.a2a_deletes:
+                cursor = await db.execute("DELETE FROM a2a_tasks WHERE task_id = ? AND owner = ?",
+                                          (task_id, owner))
+                written.a2a_deleted.append(cursor.rowcount == 1)
             await db.execute("COMMIT")
         except BaseException:
             await db.execute("ROLLBACK")
@@ -337,6 +399,41 @@ class SqliteStorage:
         async with self.db.execute(sql, (*args, limit)) as cur:
             rows = list(await cur.fetchall())
         return [{"seq": seq, "at": at, **json.loads(text)} for seq, at, text in reversed(rows)]
+
+    async def a2a_task(self, task_id: str, owner: str) -> bytes | None:
+        """See :class:`SessionStorage`."""
+        async with self.db.execute("SELECT doc FROM a2a_tasks WHERE task_id = ? AND owner = ?",
+                                   (task_id, owner)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else bytes(row[0])
+
+    async def a2a_tasks(self, owner: str, *, context_id: str, state: int,
+                        updated_after: int | None, limit: int, after: A2ACursor | None,
+                        inclusive: bool) -> tuple[list[tuple[str, int | None, bytes]], int]:
+        """See :class:`SessionStorage`: the count and the page in one statement."""
+        where = ["owner = ?"]
+        args: list[Any] = [owner]
+        if context_id:
+            where.append("context_id = ?")
+            args.append(context_id)
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        if updated_after is not None:
+            where.append("updated >= ?")
+            args.append(updated_after)
+        filters = " AND ".join(where)
+        past, past_args = _a2a_after(after, inclusive)
+        # SQLite sorts NULL lowest, so descending order puts the tasks without a timestamp last;
+        # the one-row left side gives the count even when the page is empty.
+        sql = (f"SELECT (SELECT COUNT(*) FROM a2a_tasks WHERE {filters}), p.task_id, p.updated, "
+               f"p.doc FROM (SELECT 1) LEFT JOIN (SELECT task_id, updated, doc FROM a2a_tasks "
+               f"WHERE {filters} AND {past} ORDER BY updated DESC, task_id DESC LIMIT ?) AS p "
+               "ORDER BY p.updated DESC, p.task_id DESC")
+        async with self.db.execute(sql, (*args, *args, *past_args, limit)) as cur:
+            rows = list(await cur.fetchall())
+        total = int(rows[0][0]) if rows else 0
+        return [(r[1], r[2], bytes(r[3])) for r in rows if r[1] is not None], total
 
     async def integrity(self) -> str:
         """See :class:`SessionStorage`."""

@@ -9,6 +9,10 @@ the summariser (deterministic by default, or an agent) and dropped.
 An effectively-once handler's reply is fenced: its holder claims the request first and gets a
 token, and the reply commits only if no later holder claimed the request meanwhile (a failover
 away from a holder that was slow, not dead), so at most one reply is ever recorded per request.
+
+The A2A gateway's tasks are kept here too, so that every gateway replica, on any node, sees the
+same tasks, and they outlive a replica: opaque documents, each owned by one caller, written through
+the same group commits.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from actors.session_storage import SessionStorage, SqliteStorage, WriteBatch, Written, pack
+from actors.session_storage import (
+    A2ACursor,
+    SessionStorage,
+    SqliteStorage,
+    WriteBatch,
+    Written,
+    pack,
+)
 from policies.audit import canonical, chain_hash
 from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
 from policies.sessions import negotiate as negotiate_terms
@@ -32,7 +43,7 @@ from reach._runtime.names import STORE_NAME
 from reach._runtime.transport import Transport
 from reach.client import Client, Link
 from reach.cluster import Cluster
-from reach.errors import ProtocolError, ReachError, SessionNotFound
+from reach.errors import AuthError, ProtocolError, ReachError, SessionNotFound
 from reach.records import SessionContext, SessionMessage, SessionResume
 
 log = logging.getLogger("reach.sessions")
@@ -420,6 +431,66 @@ class SessionStore:
         """Audit records, oldest first: all, or those of one trace or one agent."""
         await self._ready()
         return await self.storage.audit_records(trace_id, agent, limit)
+
+    # -- A2A tasks -----------------------------------------------------------------------------
+
+    async def a2a_save(self, task_id: str, owner: str, *, context_id: str, state: int,
+                       updated: int | None, doc: bytes) -> None:
+        """Saves an A2A task of ``owner`` (inserted, or replacing the owner's), once committed.
+
+        Raises:
+            AuthError: the task ID is another owner's task (which is left as it was).
+        """
+        row = (task_id, context_id, owner, state, updated, doc)
+
+        def stage(batch: WriteBatch) -> Callable[[Written], bool]:
+            index = len(batch.a2a_saves)
+            batch.a2a_saves.append(row)
+            return lambda written: written.a2a_saved[index]
+
+        if not await self._commit(stage):
+            raise AuthError(f"task {task_id!r} belongs to another owner",
+                            details={"rule": "a2a_task_owner", "task_id": task_id})
+
+    async def a2a_get(self, task_id: str, owner: str) -> bytes | None:
+        """An A2A task's document, if ``owner`` has that task."""
+        await self._ready()
+        return await self.storage.a2a_task(task_id, owner)
+
+    async def a2a_list(self, owner: str, *, context_id: str = "", state: int = 0,
+                       updated_after: int | None = None, page_size: int,
+                       after: A2ACursor | None = None, inclusive: bool = False,
+                       ) -> tuple[list[bytes], A2ACursor | None, int]:
+        """A page of an owner's A2A tasks, newest status update first (see
+        :meth:`SessionStorage.a2a_tasks` for the order and the filters).
+
+        Returns:
+            The page's documents; the position of its last task when more follow (else None),
+            to pass as ``after`` for the next page; how many tasks pass the filters in all.
+
+        Raises:
+            ProtocolError: ``page_size`` is below 1.
+        """
+        if page_size < 1:
+            raise ProtocolError(f"page_size must be at least 1, got {page_size}",
+                                details={"rule": "a2a_page_size"})
+        await self._ready()
+        rows, total = await self.storage.a2a_tasks(
+            owner, context_id=context_id, state=state, updated_after=updated_after,
+            limit=page_size + 1, after=after, inclusive=inclusive)
+        page = rows[:page_size]
+        last = (page[-1][1], page[-1][0]) if len(rows) > page_size else None
+        return [doc for *_, doc in page], last, total
+
+    async def a2a_delete(self, task_id: str, owner: str) -> bool:
+        """Deletes an A2A task of ``owner``, once committed; False if the owner had none."""
+        def stage(batch: WriteBatch) -> Callable[[Written], bool]:
+            index = len(batch.a2a_deletes)
+            batch.a2a_deletes.append((task_id, owner))
+            return lambda written: written.a2a_deleted[index]
+
+        deleted: bool = await self._commit(stage)
+        return deleted
 
     async def integrity(self) -> str:
         """``ok`` when SQLite's integrity check finds nothing wrong."""

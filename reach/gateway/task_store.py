@@ -1,0 +1,182 @@
+"""The A2A task store of every gateway replica: tasks kept by reach's session store.
+
+A gateway replica may restart, and several replicas on any node answer for the same tasks, so a
+task cannot live in a replica's memory: :class:`ReachTaskStore` implements the SDK's ``TaskStore``
+over the session store's port (:class:`~reach.cluster.StorePort`), whose SQLite database outlives
+the store's own restarts. Each task is stored whole (its protobuf bytes) beside the columns it is
+found and listed by: its ID, context, owner, state and status timestamp.
+
+It behaves as the SDK's ``DatabaseTaskStore``: every call is scoped to the owner its
+``owner_resolver`` reads from the call's context (another owner's task is not there), and
+``list`` filters by context, state and status timestamp, orders by status timestamp then ID (both
+descending, tasks without a timestamp last) and pages with the same cursor page tokens (an older
+task-ID token is still read). As the SDK's request handler does, ``list`` also checks the page size
+and history length and applies ``include_artifacts`` and ``history_length`` to the tasks.
+
+A call that finds the session store restarting (AgentUnavailable) is made again until
+``retry_s`` has passed: every call is idempotent (a save writes the same row again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from a2a.server.context import ServerCallContext
+from a2a.server.owner_resolver import OwnerResolver, resolve_user_scope
+from a2a.server.tasks.task_store import TaskStore
+from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
+from a2a.utils.errors import InvalidParamsError
+from a2a.utils.task import (
+    ListTasksCursor,
+    apply_history_length,
+    decode_list_tasks_cursor,
+    decode_page_token,
+    encode_list_tasks_cursor,
+    validate_history_length,
+    validate_page_size,
+)
+
+from policies.backoff import poll_delay
+from reach import clock
+from reach.cluster import StorePort
+from reach.errors import AgentUnavailable
+
+log = logging.getLogger("reach.gateway.tasks")
+
+T = TypeVar("T")
+
+#: A position in the list order, as the store takes it: ``(status timestamp ns, task ID)``.
+Position = tuple[int | None, str]
+
+_INT64 = 1 << 63  # SQLite integers are signed 64-bit: a larger timestamp is no real position
+
+
+class ReachTaskStore(TaskStore):
+    """The SDK's ``TaskStore`` on reach's session store (see the module's docstring).
+
+    Args:
+        store: The session store's port (``cluster.store()``).
+        owner_resolver: Who owns the tasks of a call (default: the SDK's, the user's name).
+        retry_s: How long a call keeps being made again while the store is unavailable.
+        rng: Jitter of the waits between those attempts.
+    """
+
+    def __init__(self, store: StorePort, owner_resolver: OwnerResolver = resolve_user_scope,
+                 *, retry_s: float = 30.0, rng: random.Random | None = None) -> None:
+        self.store = store
+        self.owner_resolver = owner_resolver
+        self.retry_s = retry_s
+        self._rng = rng or random.Random()
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        """Saves (or replaces) a task of the call's owner.
+
+        Raises:
+            AuthError: another owner has a task with this ID (it is left as it was).
+            AgentUnavailable: the session store stayed unavailable for ``retry_s``.
+        """
+        owner = self.owner_resolver(context)
+        doc = task.SerializeToString()
+        await self._call(lambda: self.store.a2a_save(
+            task.id, owner, context_id=task.context_id, state=task.status.state,
+            updated=_timestamp_ns(task), doc=doc))
+        log.debug("task %s of owner %s saved", task.id, owner)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        """The task, if the call's owner has it.
+
+        Raises:
+            AgentUnavailable: the session store stayed unavailable for ``retry_s``.
+        """
+        return await self._get(task_id, self.owner_resolver(context))
+
+    async def list(self, params: ListTasksRequest,
+                   context: ServerCallContext) -> ListTasksResponse:
+        """A page of the call's owner's tasks (see the module's docstring).
+
+        Raises:
+            InvalidParamsError: a page size out of 1-100, a negative history length, or a page
+                token that is neither a cursor nor the ID of one of the owner's tasks.
+            AgentUnavailable: the session store stayed unavailable for ``retry_s``.
+        """
+        owner = self.owner_resolver(context)
+        validate_history_length(params)
+        if params.HasField("page_size"):
+            validate_page_size(params.page_size)
+        page_size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
+        after, inclusive = await self._start(params.page_token, owner)
+        updated_after = (params.status_timestamp_after.ToNanoseconds()
+                         if params.HasField("status_timestamp_after") else None)
+        docs, last, total = await self._call(lambda: self.store.a2a_list(
+            owner, context_id=params.context_id, state=params.status,
+            updated_after=updated_after, page_size=page_size, after=after, inclusive=inclusive))
+        return ListTasksResponse(
+            tasks=[_shown(Task.FromString(doc), params) for doc in docs],
+            next_page_token=None if last is None else encode_list_tasks_cursor(
+                ListTasksCursor(timestamp_ns=last[0], task_id=last[1])),
+            page_size=page_size, total_size=total)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        """Deletes a task of the call's owner (nothing if the owner has none).
+
+        Raises:
+            AgentUnavailable: the session store stayed unavailable for ``retry_s``.
+        """
+        owner = self.owner_resolver(context)
+        if not await self._call(lambda: self.store.a2a_delete(task_id, owner)):
+            log.warning("no task %s of owner %s to delete", task_id, owner)
+
+    async def _get(self, task_id: str, owner: str) -> Task | None:
+        doc = await self._call(lambda: self.store.a2a_get(task_id, owner))
+        return None if doc is None else Task.FromString(doc)
+
+    async def _start(self, page_token: str, owner: str) -> tuple[Position | None, bool]:
+        """Where a page starts: past a cursor token's task, or at a task-ID token's task."""
+        if not page_token:
+            return None, False
+        cursor = decode_list_tasks_cursor(page_token)
+        if cursor is not None:
+            if cursor.timestamp_ns is not None and not -_INT64 <= cursor.timestamp_ns < _INT64:
+                raise InvalidParamsError("Invalid page token")
+            return (cursor.timestamp_ns, cursor.task_id), False
+        task_id = decode_page_token(page_token)  # an older token: the page's first task's ID
+        first = await self._get(task_id, owner)
+        if first is None:
+            raise InvalidParamsError(f"Invalid page token: {page_token}")
+        return (_timestamp_ns(first), task_id), True
+
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Makes a store call, again while the store is unavailable (restarting), for up to
+        ``retry_s``."""
+        deadline = clock.monotonic() + self.retry_s
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except AgentUnavailable:
+                delay = poll_delay(attempt, self._rng)
+                if clock.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            attempt += 1
+
+
+def _timestamp_ns(task: Task) -> int | None:
+    """A task's status timestamp in epoch nanoseconds (None if it has none)."""
+    return task.status.timestamp.ToNanoseconds() if task.status.HasField("timestamp") else None
+
+
+def _shown(task: Task, params: ListTasksRequest) -> Task:
+    """A listed task as the request asks to see it: artifacts only if asked for, and the last
+    ``history_length`` messages of its history (all if none is given)."""
+    if not params.include_artifacts:
+        task.ClearField("artifacts")
+    return apply_history_length(task, params)
+
+
+__all__ = ["ReachTaskStore"]
