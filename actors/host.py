@@ -19,7 +19,7 @@ from reach._runtime.metrics import messages, metrics
 from reach._runtime.names import is_endpoint
 from reach._runtime.runner import AgentRunner, ReplySink
 from reach._runtime.transport import Transport
-from reach.agent import Agent
+from reach.agent import Agent, HandlerSpec, reads_text
 from reach.client import Link
 from reach.cluster import CallLimits, Cluster
 from reach.errors import (
@@ -32,7 +32,7 @@ from reach.errors import (
     TaskCancelled,
 )
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
-from reach.records import AgentExit, AgentRecord
+from reach.records import AgentExit, AgentRecord, AgentStatus
 from reach.security.guard import Guard, acl_from_doc, signed_call
 from reach.security.trail import AuditTrail
 
@@ -70,6 +70,9 @@ class AgentHost:
         self._exits: dict[str, asyncio.Future[AgentExit]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._adding: set[str] = set()
+        # Agents here that report themselves unavailable (a proxy whose remote agent stopped
+        # answering): marked offline, and left out of heartbeats, which would mark them online.
+        self.down: set[str] = set()
         self.trail = AuditTrail(cluster)
         self.acl_version = -1
         guard = self.transport.codec.guard
@@ -119,6 +122,7 @@ class AgentHost:
             agent = cls(*args, **kwargs)
             agent.id = agent_id
             agent._reach_exit = self._exit_hook(agent_id)  # type: ignore[attr-defined]
+            agent._reach_available = self._available_hook(agent_id)  # type: ignore[attr-defined]
             await agent.on_start()
             fresh[agent_id] = AgentRunner(agent, self.link, audit=self._audit)
         entries = [self._entry(r.agent) for r in fresh.values()]
@@ -149,6 +153,32 @@ class AgentHost:
             leaving.add_done_callback(self._background.discard)
 
         return hook
+
+    def _available_hook(self, agent_id: str) -> Any:
+        def hook(available: bool) -> None:
+            if available == (agent_id not in self.down):
+                return
+            if available:
+                self.down.discard(agent_id)
+            else:
+                self.down.add(agent_id)
+            marking = asyncio.get_running_loop().create_task(self._mark(agent_id, available))
+            self._background.add(marking)
+            marking.add_done_callback(self._background.discard)
+
+        return hook
+
+    async def _mark(self, agent_id: str, available: bool) -> None:
+        """Marks an agent here online or offline in the registry, as the agent reported."""
+        status = AgentStatus.ONLINE if available else AgentStatus.OFFLINE
+        try:
+            await self._registry_call("mark", [[agent_id], status.value])
+        except Exception as exc:  # the registry may be restarting: the next report marks again
+            log.warning("marking %s %s failed: %s", agent_id, status.value, exc)
+            if available:
+                self.down.add(agent_id)
+            elif agent_id in self.runners:
+                self.down.discard(agent_id)
 
     async def watch_agent(self, agent_id: str) -> AgentExit:
         """Returns when the agent leaves this host, normally or not.
@@ -186,6 +216,7 @@ class AgentHost:
         except Exception as exc:  # the registry may be restarting; its table rebuilds anyway
             log.warning("deregistering %s failed: %s", here, exc)
         runners = [self.runners.pop(i) for i in here]
+        self.down.difference_update(here)
         await asyncio.gather(*(r.stop(timeout_s) for r in runners))
         await self.transport.flush()  # the last replies leave before anyone kills this host
         for agent_id in here:
@@ -339,6 +370,12 @@ class AgentHost:
                 "batches_sent": self.transport.batches_sent,
                 "envelopes_sent": self.transport.envelopes_sent}
 
+    async def describe(self, agent_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The handlers of these agents (those here): for each, a list of ``{"schema",
+        "returns", "streaming", "reads_text", "json_schema"}`` (what the A2A gateway puts in an
+        agent's card and validates a payload against)."""
+        return {i: _described(type(self.runners[i].agent)) for i in agent_ids if i in self.runners}
+
     async def flush_audit(self) -> int:
         """Writes the buffered audit records now; returns how many."""
         return await self.trail.flush()
@@ -382,7 +419,7 @@ class AgentHost:
         """Sends one heartbeat; re-registers agents the registry does not know. Returns them."""
         if self.spare_shape is not None and not self.runners:  # a spare: offered again
             await self._registry_call("offer_spare", [self.node, self.spare_shape])
-        loads = {i: r.inflight for i, r in self.runners.items()}
+        loads = {i: r.inflight for i, r in self.runners.items() if i not in self.down}
         unknown, self.interval_s, acl_version = await self._registry_call("heartbeat", loads)
         if acl_version != self.acl_version:
             await self._refresh_acl()
@@ -392,3 +429,20 @@ class AgentHost:
             for entry, epoch in zip(entries, epochs, strict=True):
                 self.epochs[entry["agent_id"]] = epoch
         return list(unknown)
+
+
+# Agent class -> its handlers as describe() gives them (JSON schemas are worth computing once).
+_DESCRIBED: dict[type[Agent], list[dict[str, Any]]] = {}
+
+
+def _described(cls: type[Agent]) -> list[dict[str, Any]]:
+    described = _DESCRIBED.get(cls)
+    if described is None:
+        described = _DESCRIBED[cls] = [_handler_doc(s) for s in cls.handler_specs()]
+    return described
+
+
+def _handler_doc(spec: HandlerSpec) -> dict[str, Any]:
+    return {"schema": spec.reads, "returns": spec.returns, "streaming": spec.streaming,
+            "reads_text": reads_text(spec.reads),
+            "json_schema": spec.model.model_json_schema() if spec.model is not None else None}

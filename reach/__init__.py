@@ -61,7 +61,7 @@ if _TYPE_CHECKING:
     from policies.sessions import Limits, PendingAction, Terms
     from policies.supervision import Intensity, RestartType, Strategy
     from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
-    from reach.agent import Agent, Dedicated, Packed, Placement, handler
+    from reach.agent import Agent, Dedicated, Packed, Placement, Text, handler
     from reach.client import Client
     from reach.context import Context
     from reach.replies import Reply
@@ -76,7 +76,7 @@ __version__ = "0.2.0"
 # runtime imports `policies`, so importing them eagerly here would make that a cycle.
 _LAZY = {
     "Agent": "reach.agent", "Dedicated": "reach.agent", "Packed": "reach.agent",
-    "Placement": "reach.agent", "handler": "reach.agent",
+    "Placement": "reach.agent", "Text": "reach.agent", "handler": "reach.agent",
     "Client": "reach.client", "Reply": "reach.replies", "Context": "reach.context",
     "Runtime": "reach.runtime", "init": "reach.runtime",
     "ChildSpec": "reach.supervision", "SupervisorRef": "reach.supervision",
@@ -174,6 +174,7 @@ __all__ = [
     "TaskResult",
     "TaskState",
     "Terms",
+    "Text",
     "UnknownSchema",
     "__version__",
     "handler",

@@ -14,6 +14,7 @@ import os
 import socket
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import ray
@@ -29,6 +30,7 @@ from reach.cluster import (
     InboxPort,
     NodeInfo,
     RegistryPort,
+    RemoteHostPort,
     StorePort,
     SupervisorPort,
 )
@@ -40,7 +42,7 @@ from reach.errors import (
     ReachError,
     SessionNotFound,
 )
-from reach.gateway.options import GatewayOptions
+from reach.gateway.options import DEFAULT_PORT, GatewayOptions
 from reach.security.guard import Guard, SecurityConfig, guard_for
 
 log = logging.getLogger("reach.ray")
@@ -52,6 +54,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "store": {"max_restarts": -1, "max_task_retries": 0, "max_concurrency": 10_000},
     "supervisor": {"max_restarts": 0, "max_concurrency": 10_000},
     "inbox": {"num_cpus": 0},
+    "remote": {"num_cpus": 0, "max_concurrency": 10_000},
 }
 
 
@@ -134,7 +137,8 @@ def _remote(kind: str) -> Any:
 #: Where each kind of reach process is written (plain classes: Ray is applied here).
 _ACTORS = {"host": ("actors.host", "AgentHost"), "registry": ("actors.registry", "Registry"),
            "store": ("actors.sessions", "SessionStore"),
-           "supervisor": ("actors.supervisor", "Supervisor"), "inbox": ("actors.inbox", "Inbox")}
+           "supervisor": ("actors.supervisor", "Supervisor"), "inbox": ("actors.inbox", "Inbox"),
+           "remote": ("actors.remote_host", "RemoteHost")}
 _CLASSES: dict[str, Any] = {}
 
 
@@ -246,6 +250,17 @@ class RayCluster:
         port = self._ports[name] = _Port(handle, name)
         return cast(InboxPort, port)
 
+    def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
+                          queue_limit: int) -> RemoteHostPort:
+        """The host of a gateway replica's remote agents, on this process's node; it lives
+        and dies with the process that starts it (the replica)."""
+        here = NodeAffinitySchedulingStrategy(self.node_id(), soft=False)
+        handle = _remote("remote").options(name=name, namespace=self.namespace,
+                                           scheduling_strategy=here).remote(
+            name, self, limits, grace_s, queue_limit)
+        port = self._ports[name] = _Port(handle, name)
+        return cast(RemoteHostPort, port)
+
     def kill(self, port: Endpoint) -> None:
         """See :meth:`reach.cluster.Cluster.kill`."""
         self._ports.pop(port.name, None)
@@ -274,15 +289,33 @@ class RayCluster:
     def start_gateway(self, options: GatewayOptions) -> str:
         """See :meth:`reach.cluster.Cluster.start_gateway`: a Ray Serve application."""
         from ray import serve
+        from ray.serve.context import _get_global_client
 
-        serve.start(http_options={"host": options.host, "port": options.port,
-                                  "location": options.proxy_location})
+        running = _get_global_client(raise_if_no_controller_running=False)
+        if running is None:
+            port = options.port or DEFAULT_PORT
+            serve.start(proxy_location=options.proxy_location,
+                        http_options={"host": options.host, "port": port})
+        else:  # one HTTP proxy per cluster: its port and address are settled
+            port = int(running.http_config.port)
+            if options.port not in (None, port):
+                raise ConfigError(
+                    f"Ray Serve's HTTP proxy already listens on port {port} in this cluster; "
+                    f"a gateway cannot listen on {options.port}",
+                    suggestion=f"start the gateway with port={port} (or none), or restart "
+                               "Serve (serve.shutdown()) to move it",
+                    details={"setting": "port", "running": port})
+        options = replace(options, port=port)
         deployment = _gateway_deployment().options(
             name=options.name, num_replicas=options.replicas,
             # Each replica carries many A2A calls at once (they wait on agents, not on the CPU).
             max_ongoing_requests=GATEWAY_MAX_ONGOING, max_queued_requests=GATEWAY_MAX_QUEUED,
             health_check_period_s=5.0, health_check_timeout_s=10.0,
-            ray_actor_options={"num_cpus": 0})
+            # The SDK's OpenTelemetry spans cost about 1 ms a request: off unless asked for (it
+            # reads the variable when imported, so it is set in the replica's environment).
+            ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": {
+                "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED":
+                    os.environ.get("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")}}})
         serve.run(deployment.bind(self, options), name=options.name, route_prefix="/",
                   blocking=False)
         _wait_running(options.name, timeout_s=120.0)

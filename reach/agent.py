@@ -26,9 +26,40 @@ from pydantic import BaseModel, ValidationError
 from policies.sessions import Limits, PendingAction
 from reach.errors import InvalidPayload, ReachError, SchemaError, SchemaIncompatible
 from reach.protocol import Envelope
-from reach.schemas import SchemaRef, schema_registry
+from reach.schemas import SchemaRef, schema, schema_registry
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The schema of plain text: a handler that reads it takes text from callers that send only
+#: words (an A2A text part, through the gateway).
+TEXT_SCHEMA = "reach.text@1.0"
+
+
+@schema(TEXT_SCHEMA)
+class Text(BaseModel):
+    """A plain text payload (``reach.text@1.0``).
+
+    A handler bound to it declares that it reads text: the A2A gateway hands it the text parts of
+    a message, and a reply of this model travels back as a text part too.
+
+    Example::
+
+        @reach.handler(reach.Text, returns=reach.Text)
+        async def chat(self, ctx: reach.Context, m: reach.Text) -> reach.Text:
+            return reach.Text(text=m.text.upper())
+
+    Attributes:
+        text: The words.
+    """
+
+    text: str
+
+
+def reads_text(ref: str) -> bool:
+    """Whether a handler bound to ``ref`` reads text (any minor of ``reach.text@1``)."""
+    parsed = SchemaRef.parse(ref)
+    text = SchemaRef.parse(TEXT_SCHEMA)
+    return (parsed.name, parsed.major) == (text.name, text.major)
 
 
 @dataclass(frozen=True)
@@ -242,4 +273,5 @@ class Packed:
 
 Placement = Dedicated | Packed
 
-__all__ = ["Agent", "Dedicated", "HandlerSpec", "Packed", "Placement", "handler"]
+__all__ = ["TEXT_SCHEMA", "Agent", "Dedicated", "HandlerSpec", "Packed", "Placement", "Text",
+           "handler", "reads_text"]

@@ -34,7 +34,7 @@ import pickle
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -50,11 +50,12 @@ from reach.cluster import (
     InboxPort,
     NodeInfo,
     RegistryPort,
+    RemoteHostPort,
     StorePort,
     SupervisorPort,
 )
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
-from reach.gateway.options import GatewayOptions
+from reach.gateway.options import DEFAULT_PORT, GatewayOptions
 from reach.security.guard import Guard, SecurityConfig, guard_for
 
 T = TypeVar("T")
@@ -383,6 +384,15 @@ class FakeCluster:
         self._start(name, lambda: Supervisor(_copy(spec), self, parent, limits), node_id)
         return cast(SupervisorPort, self._port(name))
 
+    def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
+                          queue_limit: int) -> RemoteHostPort:
+        """The host of a gateway replica's remote agents (see actors/remote_host.py)."""
+        from actors.remote_host import RemoteHost
+
+        self._start(name, lambda: RemoteHost(name, self, limits, grace_s, queue_limit),
+                    self.node_id())
+        return cast(RemoteHostPort, self._port(name))
+
     def start_inbox(self, name: str) -> InboxPort:
         """See :meth:`reach.cluster.Cluster.start_inbox`."""
         from actors.inbox import Inbox
@@ -415,6 +425,7 @@ class FakeCluster:
         """See :meth:`reach.cluster.Cluster.start_gateway`: one replica, in this loop."""
         from reach.gateway.server import GatewayServer
 
+        options = replace(options, port=options.port or DEFAULT_PORT)
         self.gateways[options.name] = GatewayServer(self, options)
         return options.base_url
 

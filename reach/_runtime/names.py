@@ -29,13 +29,16 @@ DRIVER_PREFIX = "driver:"
 GATEWAY_PREFIX = "a2a:"
 #: Prefix of supervisor names.
 SUPERVISOR_PREFIX = "reach.sup."
+#: Prefix of the hosts of remote agents (one per gateway replica: ``reach.remote.<replica>``).
+REMOTE_PREFIX = "reach.remote."
 
 
 def is_endpoint(principal: str) -> bool:
-    """Whether a sender is one of reach's own processes (a driver, host, supervisor or session
-    store), which sign as themselves and are not agents of the registry."""
+    """Whether a sender is one of reach's own processes (a driver, host, supervisor, session
+    store or remote agents' host), which sign as themselves and are not agents of the
+    registry."""
     return principal.startswith((DRIVER_PREFIX, SUPERVISOR_PREFIX, DEDICATED_PREFIX, POOL_PREFIX,
-                                 STORE_NAME, GATEWAY_PREFIX))
+                                 STORE_NAME, GATEWAY_PREFIX, REMOTE_PREFIX))
 
 
 def supervisor_name(name: str) -> str:

@@ -129,9 +129,10 @@ class TaskRunner:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._publisher: asyncio.Task[None] | None = None
 
-    def submit(self, spec: TaskSpec) -> str:
-        """Starts a task; returns its ID (also the trace ID of all its messages)."""
-        task = TaskRecord(new_id(), spec)
+    def submit(self, spec: TaskSpec, task_id: str | None = None) -> str:
+        """Starts a task (under ``task_id``, a fresh ID by default); returns its ID (also the
+        trace ID of all its messages)."""
+        task = TaskRecord(task_id or new_id(), spec)
         self.tasks[task.task_id] = task
         if len(self.tasks) > KEEP_TASKS:  # forget the oldest ended tasks (dicts keep order)
             for old in [t for t, r in self.tasks.items() if r.state in TERMINAL][:KEEP_TASKS // 10]:

@@ -8,6 +8,8 @@ from reach.errors import ConfigError
 
 #: The Ray Serve application name of the gateway (and of its deployment).
 GATEWAY_APP = "reach-gateway"
+#: The port of the HTTP proxy when Serve is not running yet and none is given.
+DEFAULT_PORT = 8000
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +18,9 @@ class GatewayOptions:
 
     Attributes:
         host: Address the HTTP proxy listens on.
-        port: Its port.
+        port: Its port. A cluster has one HTTP proxy (Ray Serve's): by default the port it
+            listens on already, else :data:`DEFAULT_PORT`; another port than the running
+            proxy's is refused.
         replicas: Gateway replicas (each a process holding a reach client of its own).
         public_url: The base URL written into agent cards (default ``http://host:port``).
         max_body_bytes: Largest request body accepted; a larger one is refused with a JSON-RPC
@@ -30,7 +34,7 @@ class GatewayOptions:
     """
 
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int | None = None
     replicas: int = 1
     public_url: str | None = None
     max_body_bytes: int = 1 << 20
@@ -41,7 +45,7 @@ class GatewayOptions:
     name: str = GATEWAY_APP
 
     def __post_init__(self) -> None:
-        if not 0 < self.port < 65536:
+        if self.port is not None and not 0 < self.port < 65536:
             raise ConfigError(f"gateway port must be 1-65535, got {self.port}")
         if self.replicas < 1:
             raise ConfigError(f"a gateway needs at least one replica, got {self.replicas}")
@@ -59,4 +63,4 @@ class GatewayOptions:
         if self.public_url:
             return self.public_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{host}:{self.port or DEFAULT_PORT}"

@@ -268,7 +268,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from reach.errors import AuthError
+    from reach.errors import AuthError, ConfigError
     from reach.gateway.auth import token_for
     from reach.security.guard import resolve_keyring
     from reach.security.keys import Keyring
@@ -276,7 +276,7 @@ def _token(args: argparse.Namespace) -> int:
     try:
         ring = Keyring.load(resolve_keyring(args.keyring, create=args.keyring is None))
         print(token_for(ring, args.name))
-    except (AuthError, ValueError) as exc:
+    except (AuthError, ConfigError) as exc:
         print(f"reach token: {_one_line(exc)}", file=sys.stderr)
         return 2
     return 0

@@ -83,3 +83,25 @@ async def kill_and_wait(host: Any) -> None:
         return False
 
     await wait_until(dead)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_gateway(rt: Any, **settings: Any) -> str:
+    """Starts a gateway application on the session's cluster; returns its URL. Serve's one HTTP
+    proxy is started on a free port by the first module that asks; later ones use its port."""
+    from reach.errors import ConfigError
+
+    try:
+        return str(rt.start_gateway(port=free_port(), **settings))
+    except ConfigError as exc:
+        if (exc.details or {}).get("setting") != "port":
+            raise
+        return str(rt.start_gateway(port=None, **settings))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import start_gateway, wait_until
 from pydantic import BaseModel
 
 import reach
@@ -251,31 +251,18 @@ async def node_client(*args: str) -> dict[str, Any]:
     return result
 
 
-def gateway_port() -> int:
-    """A free port, or the one Serve's HTTP proxy listens on when Serve already runs in this
-    Ray (an earlier module started a gateway): the proxy is one per cluster, and a gateway started
-    later on another port would advertise a URL nothing answers (start_gateway does not move it).
-    """
-    from ray.serve.context import _get_global_client
-
-    client = _get_global_client(raise_if_no_controller_running=False)
-    return free_port() if client is None else int(client.http_config.port)
-
-
 @pytest.fixture(scope="module")
 async def gateway(rt: Any, node_modules: Path) -> AsyncIterator[tuple[str, str]]:
     from reach.gateway.auth import token_for
-    from reach.gateway.options import GatewayOptions
-
     guard = rt.cluster.guard()
     assert guard is not None
     await rt.spawn(JsOrders, "jsi-orders-1", placement=reach.Packed(pool="jsi"))
-    options = GatewayOptions(port=gateway_port(), name="reach-gateway-jsi")
+    name = "reach-gateway-jsi"
     try:
-        url = await asyncio.to_thread(rt.cluster.start_gateway, options)
+        url = await asyncio.to_thread(start_gateway, rt, name=name)
         yield url, token_for(guard.keyring, "node-client")
     finally:
-        await asyncio.to_thread(rt.cluster.stop_gateway, options.name)
+        await asyncio.to_thread(rt.cluster.stop_gateway, name)
         await rt.stop("jsi-orders-1")
 
 

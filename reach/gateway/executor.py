@@ -1,0 +1,309 @@
+"""The gateway's AgentExecutor: an A2A task is a reach task, owned by the gateway replica.
+
+Each replica owns the tasks it runs, with the state machine and task policy of reach's
+supervisors (:class:`reach._runtime.tasks.TaskRunner`, one per calling principal, so that every
+request is sent as that principal): a retryable error is retried (failing over to another holder
+of the capability when the message went to the router), a degradable one ends the task with the
+partial result, a fatal one aborts it and cancels every handler under its trace. The A2A task's
+ID is the reach task's ID, which is the trace ID of every message it causes.
+
+A streaming handler is called as a stream (each chunk an artifact update); a stream is retried
+only before its first chunk (a retry after would repeat what the caller already has).
+
+How reach's task states map onto A2A's:
+
+=============  =====================================================================
+reach          A2A
+=============  =====================================================================
+running        ``TASK_STATE_WORKING``
+completed      ``TASK_STATE_COMPLETED``, the reply as the artifact
+degraded       ``TASK_STATE_COMPLETED``, the partial result (if any) as the artifact,
+               metadata ``reach.degraded = true`` and ``reach.error``, and a status
+               message saying what was lost: the work did finish, with less (A2A has no
+               partial state, and FAILED would hide a result the caller can use)
+failed         ``TASK_STATE_FAILED``, a status message with the error (text and data)
+               and metadata ``reach.error`` (code, severity, suggestion)
+cancelled      ``TASK_STATE_CANCELED`` (also a handler cancelled under the trace)
+=============  =====================================================================
+
+Every task's metadata has ``reach.trace_id`` (its ID), ``reach.target`` (the agent ID, or
+the capability), and once ended ``reach.attempts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.types.a2a_pb2 import TaskState, TaskStatus, TaskStatusUpdateEvent
+
+from policies.discovery import pick_least_loaded
+from policies.tasks import Action, SeverityPolicy, TaskPolicy
+from policies.tasks import TaskState as ReachState
+from reach import clock
+from reach._runtime.tasks import TaskRunner, TaskSpec
+from reach.client import Client, Link
+from reach.errors import ErrorInfo, ReachError, TaskCancelled
+from reach.gateway._proto import to_python
+from reach.gateway.errors import error_doc, error_message
+from reach.gateway.events import TaskEvents, timestamp
+from reach.gateway.options import GatewayOptions
+from reach.gateway.parts import Call, reply_parts
+from reach.records import TaskResult
+
+log = logging.getLogger("reach.gateway.executor")
+
+#: The call context's state key of a SendMessage's :class:`Plan`.
+PLAN_KEY = "reach.plan"
+#: How long a blocking SendMessage may run before its task is written as WORKING (a task that
+#: ends sooner is written once, finished; a longer one can be got, listed and cancelled).
+ANNOUNCE_AFTER_S = 1.0
+#: The JSON-RPC method that streams its events.
+STREAMING_METHOD = "SendStreamingMessage"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a SendMessage asks, resolved before the SDK makes a task of it.
+
+    Attributes:
+        principal: Who calls (``a2a:<name>``): the sender of every request of the task.
+        target: The agent's ID, or the capability when ``by_capability``.
+        by_capability: Sent to the least-loaded online holder of ``target``.
+        call: The handler, payload and schema.
+    """
+
+    principal: str
+    target: str
+    by_capability: bool
+    call: Call
+
+
+@dataclass
+class _Job:
+    events: TaskEvents
+    worker: asyncio.Task[None]
+    runner: TaskRunner | None  # None for a stream
+    stopped: bool = False
+
+
+class ReachExecutor(AgentExecutor):
+    """Runs A2A tasks as reach tasks (see the module's docstring).
+
+    Args:
+        link: This replica's link to reach.
+        options: The gateway's settings (task budget and retry limit).
+        cancel_trace: Cancels every handler of a trace, cluster-wide.
+        policy: Decides on errors (reach's default: by severity).
+        rng: Random generator for backoff jitter.
+        audit: Records each task decision in the audit log, if given.
+        announce_after_s: See :data:`ANNOUNCE_AFTER_S`.
+    """
+
+    def __init__(self, link: Link, options: GatewayOptions,
+                 cancel_trace: Callable[[str, str], Awaitable[None]], *,
+                 policy: TaskPolicy | None = None, rng: random.Random | None = None,
+                 audit: Callable[[dict[str, Any]], None] | None = None,
+                 announce_after_s: float = ANNOUNCE_AFTER_S) -> None:
+        self._link = link
+        self._options = options
+        self._cancel_trace = cancel_trace
+        self._policy = policy or SeverityPolicy()
+        self._rng = rng or random.Random()
+        self._audit = audit
+        self._announce_after_s = announce_after_s
+        self._runners: dict[str, TaskRunner] = {}
+        # Invariant: a job per task whose execute() is running here.
+        self._jobs: dict[str, _Job] = {}
+
+    def runs(self, task_id: str) -> bool:
+        """Whether the task runs on this replica."""
+        return task_id in self._jobs
+
+    async def cancel_trace(self, task_id: str, reason: str) -> None:
+        """Cancels every handler under a task's trace (a task of another replica)."""
+        await self._cancel_trace(task_id, reason)
+
+    def _runner(self, principal: str) -> TaskRunner:
+        runner = self._runners.get(principal)
+        if runner is None:
+            runner = self._runners[principal] = TaskRunner(
+                self._link, principal, self._policy, self._rng, self._cancel_trace,
+                audit=self._audit)
+        return runner
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Runs the task the SendMessage's :class:`Plan` describes, writing its events."""
+        plan: Plan = context.call_context.state[PLAN_KEY]
+        task_id, context_id = str(context.task_id), str(context.context_id)
+        events = TaskEvents(event_queue, task_id, context_id, context.message,
+                            {"reach": self._base(plan, task_id)})
+        runner = None if plan.call.handler.streaming else self._runner(plan.principal)
+        worker = asyncio.ensure_future(self._work(plan, task_id, events, runner))
+        self._jobs[task_id] = _Job(events, worker, runner)
+        live = (context.call_context.state.get("method") == STREAMING_METHOD
+                or (context.configuration is not None
+                    and context.configuration.return_immediately))
+        try:
+            if live:
+                await events.announce()
+            else:
+                done, _ = await asyncio.wait({worker}, timeout=self._announce_after_s)
+                if not done:
+                    await events.announce()
+            await asyncio.wait({worker})  # its end, however it ends (cancelled by cancel())
+        except asyncio.CancelledError:
+            await self._stop(task_id, "the A2A task was cancelled")
+            raise
+        finally:
+            self._jobs.pop(task_id, None)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancels the task and every handler under its trace; writes CANCELED."""
+        task_id = str(context.task_id)
+        await self._stop(task_id, "cancelled by the A2A caller")
+        task = context.current_task
+        metadata = to_python(task.metadata) if task is not None else {}
+        await event_queue.enqueue_event(TaskStatusUpdateEvent(
+            task_id=task_id, context_id=str(context.context_id),
+            status=TaskStatus(state=TaskState.TASK_STATE_CANCELED, timestamp=timestamp()),
+            metadata={"reach": {**metadata.get("reach", {}), "cancelled": True}}))
+
+    async def _stop(self, task_id: str, reason: str) -> None:
+        job = self._jobs.get(task_id)
+        if job is None or job.stopped:
+            return
+        job.stopped = True
+        await job.events.close()
+        if job.runner is not None:
+            await job.runner.cancel(task_id)  # cancels the trace too
+            return
+        job.worker.cancel()
+        await asyncio.gather(job.worker, return_exceptions=True)
+        await self._cancel_trace(task_id, reason)
+
+    @staticmethod
+    def _base(plan: Plan, task_id: str) -> dict[str, Any]:
+        return {"trace_id": task_id, "target": plan.target,
+                "by_capability": plan.by_capability, "schema": plan.call.schema}
+
+    async def _work(self, plan: Plan, task_id: str, events: TaskEvents,
+                    runner: TaskRunner | None) -> None:
+        try:
+            if runner is None:
+                await self._stream(plan, task_id, events)
+                return
+            runner.submit(TaskSpec(
+                plan.target, plan.call.payload, plan.call.schema, plan.by_capability,
+                self._options.timeout_ms, self._options.retry_limit), task_id)
+            await self._finish(await runner.wait(task_id), plan, events)
+        except Exception:  # never leave the task hanging: fail it, and say why in the log
+            log.exception("the A2A task %s failed in the gateway", task_id)
+            await events.finish(TaskState.TASK_STATE_FAILED, metadata={
+                "reach": {**self._base(plan, task_id), "error": {"code": "gateway_error"}}})
+
+    async def _finish(self, result: TaskResult, plan: Plan, events: TaskEvents) -> None:
+        reach = {**self._base(plan, result.task_id), "attempts": len(result.attempts)}
+        if result.state is ReachState.COMPLETED and result.value is not None:
+            await events.chunk(reply_parts(result.value, plan.call.handler.returns), last=True)
+            await events.finish(TaskState.TASK_STATE_COMPLETED, metadata={"reach": reach})
+        elif result.state is ReachState.DEGRADED:
+            await self._degraded(result.value, result.error, plan, events, reach)
+        elif result.state is ReachState.CANCELLED or (
+                result.error is not None and result.error.code == TaskCancelled.code):
+            await events.finish(TaskState.TASK_STATE_CANCELED, metadata={"reach": reach})
+        else:
+            await self._failed(result.error, events, reach)
+
+    async def _degraded(self, partial: Any, error: ErrorInfo | None, plan: Plan,
+                        events: TaskEvents, reach: dict[str, Any]) -> None:
+        if partial is not None:
+            await events.chunk(reply_parts(partial, plan.call.handler.returns), last=True)
+        reach["degraded"] = True
+        message = None
+        if error is not None:
+            reach["error"] = error_doc(error)
+            message = error_message(error, events.task_id, events.context_id,
+                                    lead="Completed with a partial result:")
+        await events.finish(TaskState.TASK_STATE_COMPLETED, message=message,
+                            metadata={"reach": reach})
+
+    @staticmethod
+    async def _failed(error: ErrorInfo | None, events: TaskEvents,
+                      reach: dict[str, Any]) -> None:
+        message = None
+        if error is not None:
+            reach["error"] = error_doc(error)
+            message = error_message(error, events.task_id, events.context_id)
+        await events.finish(TaskState.TASK_STATE_FAILED, message=message,
+                            metadata={"reach": reach})
+
+    async def _stream(self, plan: Plan, task_id: str, events: TaskEvents) -> None:
+        """Calls a streaming handler; each chunk an artifact update (the last one marked)."""
+        client = Client(self._link, plan.principal, trace_id=task_id)
+        deadline = clock.monotonic() + self._options.timeout_ms / 1000
+        tried: set[str] = set()
+        failures = 0
+        while True:
+            agent = ""
+            # Invariant: held is the last chunk received and not yet written (it is written
+            # marked as the last one once the stream ends, however it ends).
+            held: list[Any] | None = None
+            try:
+                agent = await self._pick(client, plan, tried)
+                left_ms = max(int((deadline - clock.monotonic()) * 1000), 1)
+                async for reply in client.stream(agent, plan.call.payload, plan.call.schema,
+                                                 timeout_ms=left_ms):
+                    if held is not None:
+                        await events.chunk(held, last=False)
+                    env = reply.envelope
+                    held = reply_parts(env.payload, env.payload_schema)
+                if held is not None:
+                    await events.chunk(held, last=True)
+                await events.finish(TaskState.TASK_STATE_COMPLETED, metadata={"reach": {
+                    **self._base(plan, task_id), "attempts": failures + 1}})
+                return
+            except ReachError as exc:
+                tried.add(agent)
+                decision = self._policy.decide(
+                    exc.severity, attempt=failures, retry_limit=self._options.retry_limit,
+                    alternatives=1 if plan.by_capability else 0, rng=self._rng)
+                failures += 1
+                retry = (decision.action is Action.RETRY and held is None
+                         and clock.monotonic() + decision.delay_s < deadline)
+                if retry:  # nothing was received yet: the caller loses nothing
+                    await asyncio.sleep(decision.delay_s)
+                    continue
+                if held is not None:  # the last chunk, unless a partial result follows it
+                    partial_follows = (decision.action is Action.DEGRADE
+                                       and exc.partial is not None)
+                    await events.chunk(held, last=not partial_follows)
+                reach = {**self._base(plan, task_id), "attempts": failures}
+                if decision.action is Action.DEGRADE:
+                    await self._degraded(exc.partial, exc.to_info(), plan, events, reach)
+                    return
+                if decision.action is Action.ABORT:
+                    await self._cancel_trace(task_id, "task aborted on a fatal error")
+                if exc.code == TaskCancelled.code:
+                    await events.finish(TaskState.TASK_STATE_CANCELED, metadata={"reach": reach})
+                    return
+                await self._failed(exc.to_info(), events, reach)
+                return
+
+    async def _pick(self, client: Client, plan: Plan, tried: set[str]) -> str:
+        if not plan.by_capability:
+            return plan.target
+        holders = await client.discover(plan.target)
+        fresh = [h for h in holders if h.agent_id not in tried] or holders
+        (best,) = pick_least_loaded(fresh, 1, local_load=self._link.inflight,
+                                    tiebreak=self._link.next_tiebreak())
+        return best.agent_id
+
+
+__all__ = ["ANNOUNCE_AFTER_S", "PLAN_KEY", "Plan", "ReachExecutor"]

@@ -1,0 +1,296 @@
+"""The SDK's request handler, fitted to reach: who calls, what a message asks, and task IDs.
+
+- :class:`ContextBuilder` turns a Starlette request into the SDK's call context: the caller is
+  the principal the bearer token proved (tasks are scoped to it: one caller never sees
+  another's), and the agent is the one of the endpoint's path (none for the router).
+- :class:`ReachRequestHandler` is the SDK's ``DefaultRequestHandler`` with one step added
+  before a message becomes a task: the :class:`Planner` resolves the agent (or the capability's
+  holders) and reads the message (:mod:`reach.gateway.parts`). A message that cannot be sent is
+  refused with a JSON-RPC error and leaves no task behind. Tasks live in the store the replicas
+  share; for a task running on another replica, CancelTask also cancels its handlers
+  cluster-wide (by its trace; its replica then ends it as CANCELED), and SubscribeToTask follows
+  it through the store (the task again each time it changes) instead of waiting on events that
+  only its own replica sees.
+- :class:`FreshFirstStore` spares the task store the reads the SDK makes of a task it is about
+  to create: an ID this replica just made cannot be stored yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from a2a.auth.user import User
+from a2a.server.agent_execution.active_task import TERMINAL_TASK_STATES
+from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
+from a2a.server.id_generator import IDGenerator, IDGeneratorContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.tasks import TaskStore
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from starlette.requests import Request
+
+from reach import clock
+from reach.client import Link
+from reach.errors import AgentNotFound, ReachError
+from reach.gateway._proto import to_python
+from reach.gateway.cards import CAPABILITY_KEY
+from reach.gateway.catalog import Catalog
+from reach.gateway.errors import to_a2a
+from reach.gateway.executor import PLAN_KEY, Plan, ReachExecutor
+from reach.gateway.parts import read_message
+from reach.protocol import new_id
+
+#: The ASGI scope key of the principal a request's token proved.
+PRINCIPAL_SCOPE_KEY = "reach.principal"
+#: The call context's state key of the endpoint's agent ID (None: the router).
+AGENT_KEY = "reach.agent"
+#: How often a subscription to a task of another replica reads it from the shared store.
+FOLLOW_EVERY_S = 0.5
+#: Fresh task IDs a replica remembers (a request refused after its ID was made leaves one).
+MAX_FRESH = 100_000
+
+
+class Caller(User):
+    """The principal a call enters reach as."""
+
+    def __init__(self, principal: str) -> None:
+        self._principal = principal
+
+    @property
+    def is_authenticated(self) -> bool:
+        """Always: an unauthenticated request never reaches the handler."""
+        return True
+
+    @property
+    def user_name(self) -> str:
+        """The principal (``a2a:<name>``): the owner of the tasks it starts."""
+        return self._principal
+
+
+class ContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's call context, with the caller and the endpoint's agent."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        """See :class:`a2a.server.routes.common.ServerCallContextBuilder`."""
+        context = super().build(request)
+        context.user = Caller(request.scope[PRINCIPAL_SCOPE_KEY])
+        context.state[AGENT_KEY] = request.path_params.get("agent_id")
+        return context
+
+
+class Planner:
+    """Resolves what a SendMessage asks (see :class:`reach.gateway.executor.Plan`).
+
+    Args:
+        catalog: The agents and their handlers.
+        link: This replica's link (its directory finds a capability's holders).
+    """
+
+    def __init__(self, catalog: Catalog, link: Link) -> None:
+        self._catalog = catalog
+        self._link = link
+
+    async def plan(self, params: SendMessageRequest, context: ServerCallContext) -> Plan:
+        """The plan of a message to the endpoint's agent, or by capability to the router's.
+
+        Raises:
+            UnsupportedOperationError: the message continues a task (reach tasks take one).
+            InvalidParamsError: no such agent, no capability named or no holder of it, or a
+                payload that cannot be sent (see :func:`reach.gateway.parts.read_message`).
+            ContentTypeNotSupportedError: parts of a kind the agent does not read.
+        """
+        message = params.message
+        if message.task_id:
+            raise UnsupportedOperationError(
+                "a reach task takes one message and ends: send a new message without a taskId "
+                "(the same contextId keeps the conversation together)")
+        principal = context.user.user_name
+        agent_id = context.state.get(AGENT_KEY)
+        try:
+            if agent_id is not None:
+                view = await self._catalog.view(agent_id)
+                if view is None:
+                    raise AgentNotFound(f"no agent {agent_id!r} is registered",
+                                        suggestion="see the router's card for the agents",
+                                        details={"agent_id": agent_id})
+                return Plan(principal, agent_id, False,
+                            read_message(message, view.handlers, agent_id))
+            capability = _capability(message, params)
+            holders = await self._link.directory.holders(capability)
+            view = await self._catalog.view(holders[0].agent_id)
+            handlers = view.handlers if view is not None else ()
+            return Plan(principal, capability, True, read_message(message, handlers, capability))
+        except ReachError as exc:
+            raise to_a2a(exc) from exc
+
+
+def _capability(message: Message, params: SendMessageRequest) -> str:
+    for holder in (message, params):
+        if holder.HasField("metadata"):
+            named = to_python(holder.metadata).get(CAPABILITY_KEY)
+            if isinstance(named, str) and named:
+                return named
+    raise InvalidParamsError(
+        f'name the capability in the message metadata, {{"{CAPABILITY_KEY}": "<skill id>"}}: '
+        "the router sends the message to an agent that holds it (its card lists them as "
+        "skills), or call an agent at its own endpoint")
+
+
+class ReachRequestHandler(DefaultRequestHandler):
+    """The SDK's request handler with reach's planning step (see the module's docstring).
+
+    Args:
+        executor: Runs the tasks.
+        task_store: Where tasks are kept.
+        card: The card whose capabilities the SDK checks (streaming on).
+        planner: Resolves messages.
+        follow_s: Longest a subscription follows a task of another replica.
+    """
+
+    def __init__(self, executor: ReachExecutor, task_store: FreshFirstStore, card: Any,
+                 planner: Planner, *, follow_s: float) -> None:
+        from a2a.server.agent_execution import SimpleRequestContextBuilder
+
+        super().__init__(executor, task_store, card,
+                         request_context_builder=SimpleRequestContextBuilder(
+                             task_id_generator=_FreshIds(task_store)))
+        self._executor = executor
+        self._store = task_store
+        self._planner = planner
+        self._follow_s = follow_s
+
+    async def on_message_send(self, params: SendMessageRequest,
+                              context: ServerCallContext) -> Message | Task:
+        """Plans the message, then sends it (see the SDK's handler)."""
+        context.state[PLAN_KEY] = await self._planner.plan(params, context)
+        result: Message | Task = await super().on_message_send(params, context)
+        return result
+
+    async def on_message_send_stream(self, params: SendMessageRequest,
+                                     context: ServerCallContext) -> AsyncGenerator[Event, None]:
+        """Plans the message, then streams its task's events (see the SDK's handler)."""
+        context.state[PLAN_KEY] = await self._planner.plan(params, context)
+        inner = super().on_message_send_stream(params, context)
+        try:
+            async for event in inner:
+                yield event
+        finally:
+            await inner.aclose()
+
+    async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
+                                   context: ServerCallContext) -> AsyncGenerator[Event, None]:
+        """Follows a task: its events as they happen where it runs here; where it runs on
+        another replica, the task itself again each time the shared store shows it changed
+        (polled every :data:`FOLLOW_EVERY_S`), until it ends or its budget is spent."""
+        if self._executor.runs(params.id):
+            inner = super().on_subscribe_to_task(params, context)
+            try:
+                async for event in inner:
+                    yield event
+            finally:
+                await inner.aclose()
+            return
+        async for task in self._follow(params.id, context):
+            yield task
+
+    async def _follow(self, task_id: str, context: ServerCallContext) -> AsyncGenerator[Task]:
+        task: Task | None = await self._store.get(task_id, context)
+        if task is None:
+            raise TaskNotFoundError
+        if task.status.state in TERMINAL_TASK_STATES:
+            raise UnsupportedOperationError(
+                f"task {task_id} has ended ({TaskState.Name(task.status.state)}): get it instead")
+        yield task
+        deadline = clock.monotonic() + self._follow_s
+        while clock.monotonic() < deadline:
+            await asyncio.sleep(FOLLOW_EVERY_S)
+            latest: Task | None = await self._store.get(task_id, context)
+            if latest is None:
+                return
+            if latest != task:
+                task = latest
+                yield task
+            if task.status.state in TERMINAL_TASK_STATES:
+                return
+
+    async def on_cancel_task(self, params: CancelTaskRequest,
+                             context: ServerCallContext) -> Task | None:
+        """Cancels a task; one running on another replica is marked CANCELED in the store and
+        its handlers are cancelled by its trace (its replica then ends it as CANCELED)."""
+        task: Task | None = await super().on_cancel_task(params, context)
+        if not self._executor.runs(params.id):
+            await self._executor.cancel_trace(params.id, "cancelled by the A2A caller")
+        return task
+
+
+class FreshFirstStore(TaskStore):
+    """A task store that answers "not stored" for the IDs this replica just made (and has not
+    saved yet) without asking the store it wraps; everything else goes to that store.
+
+    Args:
+        inner: The shared store.
+    """
+
+    def __init__(self, inner: TaskStore) -> None:
+        self.inner = inner
+        # Insertion-ordered: the oldest are forgotten first past MAX_FRESH.
+        self._fresh: dict[str, None] = {}
+
+    def made(self, task_id: str) -> None:
+        """Notes an ID this replica made for a new task."""
+        self._fresh[task_id] = None
+        if len(self._fresh) > MAX_FRESH:
+            for old in list(self._fresh)[:MAX_FRESH // 10]:
+                del self._fresh[old]
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        """See :class:`a2a.server.tasks.TaskStore`."""
+        await self.inner.save(task, context)
+        self._fresh.pop(task.id, None)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        """See :class:`a2a.server.tasks.TaskStore`."""
+        if task_id in self._fresh:
+            return None
+        task: Task | None = await self.inner.get(task_id, context)
+        return task
+
+    async def list(self, params: ListTasksRequest,
+                   context: ServerCallContext) -> ListTasksResponse:
+        """See :class:`a2a.server.tasks.TaskStore`."""
+        page: ListTasksResponse = await self.inner.list(params, context)
+        return page
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        """See :class:`a2a.server.tasks.TaskStore`."""
+        self._fresh.pop(task_id, None)
+        await self.inner.delete(task_id, context)
+
+
+class _FreshIds(IDGenerator):
+    """Task IDs in reach's form (a task's ID is its trace ID), noted as fresh."""
+
+    def __init__(self, store: FreshFirstStore) -> None:
+        self._store = store
+
+    def generate(self, context: IDGeneratorContext) -> str:
+        task_id = new_id()
+        self._store.made(task_id)
+        return task_id
+
+
+__all__ = ["AGENT_KEY", "PRINCIPAL_SCOPE_KEY", "Caller", "ContextBuilder", "FreshFirstStore",
+           "Planner", "ReachRequestHandler"]
