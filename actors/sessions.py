@@ -54,6 +54,10 @@ Stage = Callable[[WriteBatch], Any]
 SUMMARISE_SCHEMA = "reach.summarise@1.0"
 
 
+#: An A2A task to save: its ID, owner, context ID, state, status timestamp (ns) and document.
+A2ARow = tuple[str, str, str, int, int | None, bytes]
+
+
 class SessionStore:
     """Sessions on SQLite (see :mod:`actors.session_storage`).
 
@@ -451,6 +455,19 @@ class SessionStore:
         if not await self._commit(stage):
             raise AuthError(f"task {task_id!r} belongs to another owner",
                             details={"rule": "a2a_task_owner", "task_id": task_id})
+
+    async def a2a_save_many(self, rows: list[A2ARow]) -> list[bool]:
+        """Saves A2A tasks, in order, in one commit (``rows``: ``(task_id, owner, context_id,
+        state, updated, doc)``, as :meth:`a2a_save` takes them); for each, whether it was saved
+        (False: the task ID is another owner's, and that task is left as it was)."""
+
+        def stage(batch: WriteBatch) -> Callable[[Written], list[bool]]:
+            first = len(batch.a2a_saves)
+            batch.a2a_saves.extend((t, c, o, st, up, doc) for t, o, c, st, up, doc in rows)
+            return lambda written: list(written.a2a_saved[first:first + len(rows)])
+
+        saved: list[bool] = await self._commit(stage)
+        return saved
 
     async def a2a_get(self, task_id: str, owner: str) -> bytes | None:
         """An A2A task's document, if ``owner`` has that task."""

@@ -5,8 +5,9 @@
 
 - direct:      the reach client of this driver, ``rt.client.request`` by agent ID;
 - gateway:     A2A 1.0 ``SendMessage`` (JSON-RPC binding) over HTTP to ``/agents/<id>``, through
-               Ray Serve's proxy and the gateway's replicas, with a bearer token: K HTTP clients
-               with a connection each (httpx, in this process);
+               Ray Serve's ingress and the gateway's replicas, with a bearer token: K keep-alive
+               connections from this process (a lean asyncio client, bench/httpload.py: httpx's
+               pool would be the bottleneck);
 - serve_echo:  the anchor: a trivial Ray Serve deployment on the same proxy that echoes the JSON
                body (what Serve's HTTP path costs with no A2A and no reach behind it);
 - outbound:    a reach agent's view of a remote A2A agent: ``rt.client.request`` to the proxy
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from httpload import Connection
 from pydantic import BaseModel
 from quiet import settle
 
@@ -154,9 +156,24 @@ def show(name: str, r: dict[str, Any]) -> None:
           + (f"   ERRORS {r['error_kinds']}" if r["errors"] else ""), flush=True)
 
 
-def http_client(clients: int, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    return httpx.AsyncClient(limits=limits, timeout=30.0, headers=headers)
+class Connections:
+    """K keep-alive connections to ``base``, one per caller (caller ``i % K`` uses its own);
+    every request says it speaks A2A 1.0 (the version header)."""
+
+    def __init__(self, base: str, clients: int, headers: dict[str, str] | None = None) -> None:
+        head = {"A2A-Version": "1.0", **(headers or {})}
+        self.free = [Connection(base, head) for _ in range(clients)]
+
+    async def post(self, path: str, doc: Any) -> Any:
+        conn = self.free.pop()
+        try:
+            return await conn.post_json(path, doc)
+        finally:
+            self.free.append(conn)
+
+    def close(self) -> None:
+        for conn in self.free:
+            conn.close()
 
 
 # -- contestants --------------------------------------------------------------------------------
@@ -170,29 +187,38 @@ async def run_direct(rt: reach.Runtime, ids: list[str], total: int, clients: int
     return await measured("direct", send, total, clients)
 
 
+def answer(body: Any) -> int:
+    """The ``n`` answered in a JSON-RPC response (raises on an error response)."""
+    if "error" in body:
+        raise RuntimeError(f"JSON-RPC error: {body['error']}")
+    n = find_n(body.get("result"))
+    if n is None:
+        raise RuntimeError(f"no answer in {str(body)[:300]}")
+    return n
+
+
 async def run_gateway(url: str, token: str, ids: list[str], total: int, clients: int
                       ) -> dict[str, Any]:
-    async with http_client(clients, {"Authorization": f"Bearer {token}"}) as http:
+    http = Connections(url, clients, {"Authorization": f"Bearer {token}"})
+    try:
         async def send(i: int) -> int:
-            r = await http.post(f"{url}/agents/{ids[i % AGENTS]}", json=send_message(i))
-            body = r.json()
-            if r.status_code != 200 or "error" in body:
-                raise RuntimeError(f"{r.status_code}: {body.get('error')}")
-            n = find_n(body.get("result"))
-            if n is None:
-                raise RuntimeError(f"no answer in {body}")
-            return n
+            return answer(await http.post(f"/agents/{ids[i % AGENTS]}", send_message(i)))
 
         return await measured("gateway", send, total, clients)
+    finally:
+        http.close()
 
 
 async def run_serve_echo(url: str, total: int, clients: int) -> dict[str, Any]:
-    async with http_client(clients) as http:
+    http = Connections(url, clients)
+    try:
         async def send(i: int) -> int:
-            r = await http.post(f"{url}/bench-echo", json=send_message(i))
-            return int(r.json()["params"]["message"]["parts"][0]["data"]["n"])
+            body = await http.post("/bench-echo", send_message(i))
+            return int(body["params"]["message"]["parts"][0]["data"]["n"])
 
         return await measured("serve_echo", send, total, clients)
+    finally:
+        http.close()
 
 
 def start_serve_echo() -> None:
@@ -216,7 +242,7 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import a2a_pb2 as pb
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 
 port = int(sys.argv[1])
 url = f"http://127.0.0.1:{port}"
@@ -226,7 +252,7 @@ class Echo(AgentExecutor):
         data = MessageToDict(context.message.parts[0].data)
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         part = pb.Part()
-        part.data.update(data)
+        ParseDict(data, part.data)
         await updater.add_artifact([part])
         await updater.complete()
 
@@ -278,15 +304,14 @@ async def run_outbound(rt: reach.Runtime, total: int, clients: int) -> dict[str,
             return n
 
         out["outbound"] = await measured("outbound", via_proxy, total, clients)
-        async with http_client(clients) as http:
+        http = Connections(url, clients)
+        try:
             async def direct(i: int) -> int:
-                r = await http.post(f"{url}/", json=send_message(i))
-                n = find_n(r.json().get("result"))
-                if n is None:
-                    raise RuntimeError(f"no answer in {r.text[:200]}")
-                return n
+                return answer(await http.post("/", send_message(i)))
 
             out["a2a_direct"] = await measured("a2a_direct", direct, total, clients)
+        finally:
+            http.close()
         return out
     finally:
         proc.terminate()

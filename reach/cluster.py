@@ -275,6 +275,12 @@ class StorePort(Endpoint, Protocol):
         AuthError if the task ID is another owner's."""
         ...
 
+    def a2a_save_many(self, rows: list[tuple[str, str, str, int, int | None, bytes]],
+                      ) -> Awaitable[list[bool]]:
+        """Saves A2A tasks in order, in one commit (each row ``(task_id, owner, context_id,
+        state, updated, doc)``); for each, whether it was saved (False: another owner's ID)."""
+        ...
+
     def a2a_get(self, task_id: str, owner: str) -> Awaitable[bytes | None]:
         """An A2A task's serialized ``Task``, if ``owner`` has that task."""
         ...

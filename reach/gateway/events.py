@@ -11,9 +11,9 @@ update (``append`` after the first, ``last_chunk`` on the last), then its final 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
-from a2a.server.events import EventQueue
+from a2a.server.events import Event
 from a2a.types.a2a_pb2 import (
     Artifact,
     Message,
@@ -37,18 +37,28 @@ def timestamp() -> Any:
     return _proto.timestamp(clock.now())
 
 
+class EventSink(Protocol):
+    """Where a task's events go: the SDK's event queue of the task, or (a blocking SendMessage
+    run without the SDK's queues) its :class:`a2a.server.tasks.TaskManager`, which folds them
+    into the stored task."""
+
+    async def enqueue_event(self, event: Event) -> None:
+        """Takes one event."""
+        ...
+
+
 class TaskEvents:
-    """Writes one task's events to its SDK event queue (see the module's docstring).
+    """Writes one task's events to its sink (see the module's docstring).
 
     Args:
-        queue: The task's event queue.
+        queue: The task's event queue (or another sink).
         task_id: The task's ID.
         context_id: Its context's ID.
         request: The message that started it (the first entry of its history).
         metadata: The task's metadata (``{"reach": {...}}``).
     """
 
-    def __init__(self, queue: EventQueue, task_id: str, context_id: str,
+    def __init__(self, queue: EventSink, task_id: str, context_id: str,
                  request: Message | None, metadata: dict[str, Any]) -> None:
         self._queue = queue
         self.task_id = task_id
@@ -127,4 +137,4 @@ class TaskEvents:
             self.closed = True
 
 
-__all__ = ["REPLY_ARTIFACT", "TaskEvents", "timestamp"]
+__all__ = ["REPLY_ARTIFACT", "EventSink", "TaskEvents", "timestamp"]

@@ -28,7 +28,7 @@ from a2a.server.events import Event
 from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes.common import DefaultServerCallContextBuilder
-from a2a.server.tasks import TaskStore
+from a2a.server.tasks import TaskManager, TaskStore
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     ListTasksRequest,
@@ -39,7 +39,13 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.task import apply_history_length, validate_history_length
 from starlette.requests import Request
 
 from reach import clock
@@ -137,6 +143,21 @@ class Planner:
             raise to_a2a(exc) from exc
 
 
+def _check_required(params: SendMessageRequest) -> None:
+    """The SDK's check of a SendMessage's required fields (``validate_proto_required_fields``,
+    same errors), for the fields such a request has: the SDK's walks every field of the
+    payload's data part too, which costs more than the rest of a call."""
+    message = params.message
+    missing = ([("message", "Field is required.")] if not params.HasField("message") else [
+        *([("message.message_id", "Field is required.")] if not message.message_id else []),
+        *([("message.role", "Field is required.")] if not message.role else []),
+        *([("message.parts", "Field must contain at least one element.")]
+          if not message.parts else [])])
+    if missing:
+        raise InvalidParamsError(message="Validation failed", data={
+            "errors": [{"field": field, "message": why} for field, why in missing]})
+
+
 def _capability(message: Message, params: SendMessageRequest) -> str:
     for holder in (message, params):
         if holder.HasField("metadata"):
@@ -174,10 +195,24 @@ class ReachRequestHandler(DefaultRequestHandler):
 
     async def on_message_send(self, params: SendMessageRequest,
                               context: ServerCallContext) -> Message | Task:
-        """Plans the message, then sends it (see the SDK's handler)."""
-        context.state[PLAN_KEY] = await self._planner.plan(params, context)
-        result: Message | Task = await super().on_message_send(params, context)
-        return result
+        """Plans the message, then sends it: a blocking call to a handler that does not stream
+        by :meth:`ReachExecutor.run_blocking` (no SDK queues), anything else by the SDK's
+        handler."""
+        plan = context.state[PLAN_KEY] = await self._planner.plan(params, context)
+        config = params.configuration
+        if (plan.call.handler.streaming or config.return_immediately
+                or config.HasField("task_push_notification_config")):
+            result: Message | Task = await super().on_message_send(params, context)
+            return result
+        validate_history_length(config)
+        _check_required(params)
+        request = await self._request_context_builder.build(
+            params=params, task_id=None, context_id=params.message.context_id or None,
+            task=None, context=context)
+        manager = TaskManager(self._store, context, request.task_id, request.context_id,
+                              request.message)
+        task = await self._executor.run_blocking(plan, request, manager)
+        return apply_history_length(task, config)
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event, None]:
@@ -195,7 +230,7 @@ class ReachRequestHandler(DefaultRequestHandler):
         """Follows a task: its events as they happen where it runs here; where it runs on
         another replica, the task itself again each time the shared store shows it changed
         (polled every :data:`FOLLOW_EVERY_S`), until it ends or its budget is spent."""
-        if self._executor.runs(params.id):
+        if self._executor.runs(params.id) and not self._executor.runs_blocking(params.id):
             inner = super().on_subscribe_to_task(params, context)
             try:
                 async for event in inner:
@@ -230,6 +265,13 @@ class ReachRequestHandler(DefaultRequestHandler):
                              context: ServerCallContext) -> Task | None:
         """Cancels a task; one running on another replica is marked CANCELED in the store and
         its handlers are cancelled by its trace (its replica then ends it as CANCELED)."""
+        if self._executor.runs_blocking(params.id):
+            stored: Task | None = await self._store.get(params.id, context)
+            if stored is None:  # not written yet (it ends within a second, or is not yours)
+                raise TaskNotFoundError
+            if stored.status.state in TERMINAL_TASK_STATES:
+                raise TaskNotCancelableError
+            return await self._executor.cancel_blocking(params.id)
         task: Task | None = await super().on_cancel_task(params, context)
         if not self._executor.runs(params.id):
             await self._executor.cancel_trace(params.id, "cancelled by the A2A caller")

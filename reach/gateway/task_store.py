@@ -23,6 +23,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 from a2a.server.context import ServerCallContext
@@ -44,11 +45,15 @@ from a2a.utils.task import (
 from policies.backoff import poll_delay
 from reach import clock
 from reach.cluster import StorePort
-from reach.errors import AgentUnavailable
+from reach.errors import AgentUnavailable, AuthError
 
 log = logging.getLogger("reach.gateway.tasks")
 
 T = TypeVar("T")
+#: An A2A task to save: its ID, owner, context ID, state, status timestamp (ns) and document.
+A2ARow = tuple[str, str, str, int, int | None, bytes]
+#: Most saves sent in one store call.
+SAVE_BATCH = 256
 
 #: A position in the list order, as the store takes it: ``(status timestamp ns, task ID)``.
 Position = tuple[int | None, str]
@@ -72,20 +77,46 @@ class ReachTaskStore(TaskStore):
         self.owner_resolver = owner_resolver
         self.retry_s = retry_s
         self._rng = rng or random.Random()
+        # Saves waiting for the next store call, in order, and the task sending them.
+        self._queued: list[tuple[A2ARow, asyncio.Future[bool]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
-        """Saves (or replaces) a task of the call's owner.
+        """Saves (or replaces) a task of the call's owner. Saves made while one store call is
+        under way go together in the next (one call, one commit), in the order they were made.
 
         Raises:
             AuthError: another owner has a task with this ID (it is left as it was).
             AgentUnavailable: the session store stayed unavailable for ``retry_s``.
         """
         owner = self.owner_resolver(context)
-        doc = task.SerializeToString()
-        await self._call(lambda: self.store.a2a_save(
-            task.id, owner, context_id=task.context_id, state=task.status.state,
-            updated=_timestamp_ns(task), doc=doc))
+        row = (task.id, owner, task.context_id, int(task.status.state), _timestamp_ns(task),
+               task.SerializeToString())
+        loop = asyncio.get_running_loop()
+        saved: asyncio.Future[bool] = loop.create_future()
+        self._queued.append((row, saved))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush())
+        if not await saved:
+            raise AuthError(f"task {task.id!r} belongs to another owner",
+                            details={"rule": "a2a_task_owner", "task_id": task.id})
         log.debug("task %s of owner %s saved", task.id, owner)
+
+    async def _flush(self) -> None:
+        """Sends the queued saves, up to SAVE_BATCH a call, one call at a time."""
+        while self._queued:
+            batch, self._queued = self._queued[:SAVE_BATCH], self._queued[SAVE_BATCH:]
+            rows = [row for row, _ in batch]
+            try:
+                results = await self._call(partial(self.store.a2a_save_many, rows))
+            except Exception as exc:  # every save of the batch fails with it
+                for _, waiting in batch:
+                    if not waiting.done():
+                        waiting.set_exception(exc)
+                continue
+            for (_, waiting), ok in zip(batch, results, strict=True):
+                if not waiting.done():
+                    waiting.set_result(ok)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The task, if the call's owner has it.

@@ -80,13 +80,14 @@ def test_the_head_starts_the_dashboard_and_the_autoscaler() -> None:
     assert flag(args, "--autoscaling-config") == "~/ray_bootstrap_config.yaml"
 
 
-def test_every_node_starts_ray_with_token_authentication_and_gets_the_token() -> None:
+def test_every_node_starts_ray_with_token_authentication_and_serve_haproxy_and_gets_the_token(
+) -> None:
     config = load_config()
     starts = [c for key in ("head_start_ray_commands", "worker_start_ray_commands")
               for c in config[key] if "ray start" in c]
 
     assert len(starts) == 2
-    assert all("RAY_AUTH_MODE=token ray start" in c for c in starts)
+    assert all("RAY_AUTH_MODE=token RAY_SERVE_ENABLE_HA_PROXY=1" in c for c in starts)
     assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
 
 
