@@ -524,6 +524,12 @@ class Cluster(Protocol):
         """Whether this process is a restart of a process of the same name (registry, store)."""
         ...
 
+    def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
+                          queue_limit: int) -> RemoteHostPort:
+        """Starts the host of a gateway replica's remote agents (those connected over its
+        WebSockets) on this process's node; it lives and dies with the process that starts it."""
+        ...
+
     def start_gateway(self, options: GatewayOptions) -> str:
         """Starts (or updates) the A2A gateway application; returns the URL it answers at."""
         ...

@@ -43,12 +43,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reach import __version__
-from reach._runtime.names import INBOX_PREFIX
+from reach._runtime.names import INBOX_PREFIX, REMOTE_PREFIX
 from reach.cluster import CallLimits, Cluster
 from reach.errors import AgentUnavailable, ConfigError, ReachError
 from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
 from reach.gateway.cards import agent_card, router_card
 from reach.gateway.catalog import Catalog
+from reach.gateway.channel import ChannelOptions, channel_routes
 from reach.gateway.executor import ReachExecutor
 from reach.gateway.handler import (
     PRINCIPAL_SCOPE_KEY,
@@ -105,7 +106,14 @@ class GatewayServer:
         self.handler = ReachRequestHandler(self.executor, self.store, self._sdk_card(),
                                            Planner(self.catalog, self.runtime.link),
                                            follow_s=options.timeout_ms / 1000 + FOLLOW_GRACE_S)
-        #: The routes under the gate (a WebSocket route added here passes the gate untouched).
+        # The host of the remote agents that connect through this replica (their WebSockets).
+        self._channel = ChannelOptions()
+        self.remote_host = cluster.start_remote_host(
+            f"{REMOTE_PREFIX}{self.runtime.driver_id}",
+            CallLimits(default_timeout_ms=options.timeout_ms), self._channel.grace_s,
+            self._channel.queue_limit)
+        #: The routes under the gate (the channel's WebSocket route passes it untouched: the
+        #: channel checks the token itself).
         self.starlette = self._routes()
         self._gate = _Gate(self.starlette, self._keyring, options.max_body_bytes)
 
@@ -128,6 +136,7 @@ class GatewayServer:
     def _routes(self) -> Starlette:
         builder = ContextBuilder()
         routes = [
+            *channel_routes(self.cluster, self.options, self.remote_host, self._channel),
             *create_agent_card_routes(self._sdk_card(), card_modifier=self._router_card),
             Route("/agents/{agent_id}" + AGENT_CARD_WELL_KNOWN_PATH, self._agent_card,
                   methods=["GET"]),
@@ -197,8 +206,10 @@ class GatewayServer:
         await self.trail.flush()
         try:
             self.cluster.kill(self.cluster.endpoint(f"{INBOX_PREFIX}{self.runtime.driver_id}"))
+            if hasattr(self, "remote_host"):
+                self.cluster.kill(self.remote_host)
         except ReachError as exc:  # gone already
-            log.debug("the inbox of a closing gateway replica: %s", exc)
+            log.debug("the inbox or remote host of a closing gateway replica: %s", exc)
 
 
 def shared_task_store(cluster: Cluster) -> TaskStore:

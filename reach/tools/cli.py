@@ -1,5 +1,5 @@
-"""The ``reach`` command: ``demo``, ``gateway``, ``token``, ``status``, ``bench``, ``audit``,
-``keyring`` and ``version``."""
+"""The ``reach`` command: ``demo``, ``gateway``, ``token``, ``connect``, ``agent-secret``,
+``status``, ``bench``, ``audit``, ``keyring`` and ``version``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "io_bound": ("--quick",),
     "restart": ("--quick",),
     "gateway": ("--quick",),
+    "remote_agent": ("--quick",),
 }
 #: A benchmark silent for this long gets a line saying it is still running.
 QUIET_S = 15.0
@@ -284,6 +285,11 @@ def _token(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``reach`` console command; returns the exit status."""
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] in (["connect"], ["agent-secret"]):  # they parse their own options (no Ray)
+        from reach.remote.cli import main_connect, main_secret
+
+        return (main_connect if given[0] == "connect" else main_secret)(given[1:])
     parser = argparse.ArgumentParser(prog="reach", description="reach: multi-agent runtime on Ray")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the demo (starts a local Ray unless --address)")
@@ -333,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("name")
     token.add_argument("--keyring", default=None,
                        help="default: REACH_KEYRING, else .reach/keyring.json")
+    sub.add_parser("connect", help="run an agent class as a remote agent through a gateway's "
+                   "WebSocket (reach connect --gateway URL module:Class --id ID --token TOKEN "
+                   "--secret HEX; see reach connect --help)")
+    sub.add_parser("agent-secret", help="print an agent's signing secret, derived from the "
+                   "keyring (what a remote agent signs its hello with)")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "status": _status, "bench": _bench, "audit": _audit,

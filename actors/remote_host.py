@@ -1,0 +1,532 @@
+"""The RemoteHost actor: the reach side of the agents connected through one gateway replica.
+
+The replica holds the WebSockets and only bridges them (``reach/gateway/channel.py``); this host
+is an :class:`~actors.host.AgentHost` whose agents live elsewhere. It registers them (signed as
+itself), heartbeats their loads, admits callers by the ACL, audits, and is watched like any host.
+What it adds:
+
+- ``attach`` verifies a hello (signature from the keyring, time window, nonce never seen) and
+  registers the agent, or, when the agent comes back within its grace period, restarts it: epoch
+  + 1, and the requests it had taken and not answered are queued again (``resend``) or failed
+  (``cancel``), as its declared pending policy says;
+- ``deliver`` queues envelopes for an agent (a bounded queue each: past it, a request's sender
+  gets a retryable AgentUnavailable at once); while the agent is disconnected they wait in the
+  queue, so a caller waits for it up to its deadline, as for a restarting agent;
+- ``take`` (a long poll by the replica) hands over what is queued, as one frame's text;
+- ``put`` sends what the agent sent into reach: its replies to the requests' senders, its own
+  requests and notifications to their receivers (by ID, or ``cap:<tag>`` by capability);
+- ``detach`` starts the grace period (or, after goodbye, ends the agent at once); when the period
+  passes, the agent leaves as a death: its watchers (supervisors) see an abnormal exit, and the
+  requests still waiting for it fail, retryable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.host import AgentHost
+from policies.discovery import pick_least_loaded
+from policies.routing import check_hops
+from policies.sessions import PendingAction, recover
+from reach import clock
+from reach._runtime.names import is_endpoint
+from reach._runtime.runner import ReplySink
+from reach.agent import Agent, reads_text
+from reach.client import Client
+from reach.cluster import CallLimits, Cluster
+from reach.errors import (
+    AgentUnavailable,
+    CodecError,
+    ConfigError,
+    ProtocolError,
+    ReachError,
+    RequestTimeout,
+)
+from reach.protocol import Envelope, MsgType
+from reach.records import AgentRecord
+from reach.remote.wire import (
+    CAPABILITY_PREFIX,
+    HELLO_WINDOW_S,
+    Attached,
+    CloseCode,
+    Declaration,
+    FrameType,
+    Hello,
+    WireRefusal,
+    envelope_json,
+    hello_refusal,
+    safe_envelopes_frame,
+)
+from reach.sessions import CANCEL_SCHEMA
+
+log = logging.getLogger("reach.remote_host")
+
+#: How long a disconnected agent may take to come back before it counts as dead (seconds).
+GRACE_S = 10.0
+#: Envelopes queued for one agent before senders are refused (retryable).
+QUEUE_LIMIT = 1000
+#: Envelopes one ``take`` hands over at most (one frame).
+TAKE_MAX = 256
+
+
+@dataclass(frozen=True)
+class RemoteAgent:
+    """What a remote agent declared: it stands where a host's Agent instance would."""
+
+    id: str
+    capabilities: tuple[str, ...]
+    description: str
+    declaration: Declaration
+
+
+@dataclass
+class _Asked:
+    """A request handed to a remote agent and not answered yet: where its reply goes."""
+
+    reply_to: str
+    env: Envelope
+    taken: bool = False
+
+
+@dataclass
+class RemoteRunner:
+    """One remote agent in its host: its queue, its open requests, its current connection."""
+
+    agent: RemoteAgent
+    limit: int
+    max_hops: int
+    conn: str | None = None
+    # Invariant: every request in the queue has an entry in asked (not taken).
+    queue: deque[tuple[float | None, dict[str, Any]]] = field(default_factory=deque)
+    asked: dict[str, _Asked] = field(default_factory=dict)
+    # Set when there is something to take (shared by the host's runners: one poll takes all).
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    grace: asyncio.TimerHandle | None = None
+    post: Any = None  # the host's reply path: (endpoint, envelope) -> None
+    audit: Any = None  # the host's audit of a handled call, or None
+
+    @property
+    def inflight(self) -> int:
+        """Requests it holds (queued or taken), the load its host heartbeats."""
+        return len(self.asked)
+
+    def deliver(self, env: Envelope, sink: ReplySink) -> None:
+        """Queues an envelope for the agent; refusals are answered at once through ``sink``."""
+        try:
+            check_hops(env.hops, self.agent.id, self.max_hops)
+            left = env.remaining_ms(clock.now())
+            if left is not None and left <= 0:
+                raise RequestTimeout(f"request reached {self.agent.id!r} after its deadline",
+                                     details={"agent_id": self.agent.id})
+            if len(self.queue) >= self.limit:
+                raise AgentUnavailable(
+                    f"remote agent {self.agent.id!r} has {len(self.queue)} envelopes queued "
+                    "(its connection is slow or down)",
+                    suggestion="retry later, or on another holder of the capability",
+                    details={"agent_id": self.agent.id, "reason": "queue_full",
+                             "limit": self.limit})
+            item = envelope_json(env)
+        except ReachError as exc:
+            self._refuse(env, sink.send, exc)
+            return
+        if env.msg_type is MsgType.REQUEST:
+            self.asked[env.msg_id] = _Asked(sink.reply_to, env)
+        self.queue.append((env.deadline, item))
+        self.wake.set()
+
+    def _refuse(self, env: Envelope, send: Any, exc: ReachError) -> None:
+        if self.audit is not None:
+            self.audit(env, f"error: {exc.code}")
+        if env.msg_type is MsgType.REQUEST:
+            send(env.fail(exc, sender=self.agent.id))
+        else:
+            log.warning("refused %s %s for %s: %s", env.msg_type.value, env.msg_id,
+                        self.agent.id, exc)
+
+    def take(self) -> list[dict[str, Any]]:
+        """Removes and returns what is queued (up to a frame's worth), dropping requests whose
+        deadline passed while they waited (their callers have timed out)."""
+        now = clock.now()
+        out: list[dict[str, Any]] = []
+        while self.queue and len(out) < TAKE_MAX:
+            deadline, item = self.queue.popleft()
+            asked = self.asked.get(item["msg_id"])
+            if deadline is not None and deadline <= now:
+                self.asked.pop(item["msg_id"], None)
+                continue
+            if asked is not None:
+                asked.taken = True
+            out.append(item)
+        return out
+
+    def answer(self, request_id: str, final: bool) -> _Asked | None:
+        """The open request a reply answers (forgotten once ``final``)."""
+        return self.asked.pop(request_id, None) if final else self.asked.get(request_id)
+
+    def fail(self, asked: list[_Asked], error: ReachError) -> None:
+        """Answers requests with an error, as the agent would have."""
+        for item in asked:
+            self.asked.pop(item.env.msg_id, None)
+            if self.audit is not None:
+                self.audit(item.env, f"error: {error.code}")
+            self.post(item.reply_to, item.env.fail(error, sender=self.agent.id))
+
+    def restart(self, policy: PendingAction) -> None:
+        """A reconnect: the requests it had taken are queued again, or failed, per ``policy``."""
+        taken = [a for a in self.asked.values() if a.taken]
+        now = clock.now()
+        resend = [a for a in taken if recover(policy, a.env.deadline, now)
+                  is PendingAction.RESEND]
+        self.fail([a for a in taken if a not in resend], AgentUnavailable(
+            f"remote agent {self.agent.id!r} reconnected and cancelled the request",
+            suggestion="retry the request", details={"agent_id": self.agent.id}))
+        for item in reversed(resend):
+            item.taken = False
+            self.queue.appendleft((item.env.deadline, envelope_json(item.env)))
+        if self.queue:
+            self.wake.set()
+
+    def cancel(self, why: ReachError, trace_id: str | None = None,
+               request_id: str | None = None) -> int:
+        """Fails the open requests of a trace (or one request, or all) with ``why``, and tells
+        the agent (a ``reach.cancel@1.0`` notification for each it had taken)."""
+        hit = [a for a in self.asked.values()
+               if (trace_id is None or a.env.trace_id == trace_id)
+               and (request_id is None or a.env.msg_id == request_id)]
+        ids = {a.env.msg_id for a in hit}
+        self.queue = deque(q for q in self.queue if q[1]["msg_id"] not in ids)
+        for item in hit:
+            if item.taken:
+                notice = Envelope.notification(
+                    item.env.sender, self.agent.id, {"request_id": item.env.msg_id,
+                                                     "reason": why.message}, CANCEL_SCHEMA,
+                    trace_id=item.env.trace_id)
+                self.queue.append((None, envelope_json(notice)))
+                self.wake.set()
+        self.fail(hit, why)
+        return len(hit)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Ends the agent here: every open request fails (retryable), the connection ends."""
+        self.fail(list(self.asked.values()), AgentUnavailable(
+            f"remote agent {self.agent.id!r} left", suggestion="retry on another holder",
+            details={"agent_id": self.agent.id}))
+        self.queue.clear()
+        self.end_connection()
+        if self.grace is not None:
+            self.grace.cancel()
+
+    def end_connection(self) -> None:
+        """Forgets the current connection (its ``take`` returns None)."""
+        self.conn = None
+        self.wake.set()
+
+
+class RemoteHost(AgentHost):
+    """Hosts the remote agents of one gateway replica (see the module's docstring).
+
+    Args:
+        name: This host's name (``reach.remote.<replica>``).
+        cluster: Where the other processes are.
+        limits: Hop limit and default timeout of the requests remote agents make.
+        grace_s: How long a disconnected agent may take to come back (its restart).
+        queue_limit: Envelopes queued per agent before senders are refused.
+    """
+
+    def __init__(self, name: str, cluster: Cluster, limits: CallLimits,
+                 grace_s: float = GRACE_S, queue_limit: int = QUEUE_LIMIT) -> None:
+        super().__init__(name, cluster, limits)
+        self.grace_s = grace_s
+        self.queue_limit = queue_limit
+        self.runners: dict[str, RemoteRunner] = {}  # type: ignore[assignment]
+        self._nonces: dict[str, float] = {}
+        self._outgoing: set[asyncio.Task[None]] = set()
+        # Set whenever a runner has something to take, a connection ends, or the replica
+        # pokes the poll (its set of ready connections grew).
+        self._signal = asyncio.Event()
+        self._poked = False
+
+    # -- joining and leaving -----------------------------------------------------------------
+
+    async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+                         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+                         ) -> list[AgentRecord]:
+        """Remote agents join by connecting, never by being spawned here.
+
+        Raises:
+            ConfigError: always.
+        """
+        raise ConfigError(f"{self.name} hosts remote agents only: they join by connecting to "
+                          "the gateway", details={"setting": "placement"})
+
+    async def attach(self, hello: Hello, principal: str) -> Attached | WireRefusal:
+        """See :meth:`reach.cluster.RemoteHostPort.attach`."""
+        refused = self._check(hello)
+        if refused is None:
+            try:
+                declared = hello.declared()
+            except CodecError as exc:
+                refused = WireRefusal(code=CloseCode.MALFORMED, reason="declaration",
+                                      message=exc.message)
+        if refused is not None:
+            self._refused(principal, hello.agent_id, refused.reason)
+            return refused
+        agent = RemoteAgent(hello.agent_id, tuple(declared.capabilities), declared.description,
+                            declared)
+        runner = self.runners.get(agent.id)
+        if runner is not None and runner.conn is not None:
+            return self._taken(principal, agent.id, "connected through this gateway replica")
+        if agent.id in self.epochs:  # epochs never go backwards, even past a deregistration
+            self.epochs[agent.id] += 1
+        try:
+            epoch = (await self._registry_call("register_many", [[self._remote_entry(agent)],
+                                                                  True]))[0]
+        except ReachError as exc:
+            return self._taken(principal, agent.id, exc.message)
+        self.epochs[agent.id] = epoch
+        conn = os.urandom(8).hex()
+        restarted = runner is not None
+        if runner is None:
+            runner = RemoteRunner(agent, self.queue_limit, self.link.max_hops, wake=self._signal,
+                                  post=self._post, audit=self._audit)
+            self.runners[agent.id] = runner
+            self._exits[agent.id] = asyncio.get_running_loop().create_future()
+        else:
+            if runner.grace is not None:
+                runner.grace.cancel()
+            runner.agent = agent
+            runner.restart(PendingAction(declared.pending_policy))
+        runner.conn = conn
+        self.down.discard(agent.id)
+        self._start_heartbeat()
+        self.trail.record(principal, agent.id, capability="reach.connect", msg_type="connect",
+                          outcome="restarted" if restarted else "ok")
+        return Attached(agent_id=agent.id, epoch=epoch, conn=conn, restarted=restarted,
+                        queue_limit=self.queue_limit)
+
+    def _check(self, hello: Hello) -> WireRefusal | None:
+        """Why a hello is refused before its agent is looked at, or None."""
+        if is_endpoint(hello.agent_id):
+            return WireRefusal(code=CloseCode.MALFORMED, reason="reserved_id",
+                               message=f"{hello.agent_id!r} uses a prefix reserved for reach's "
+                                       "own processes")
+        guard = self.transport.codec.guard
+        if guard is None:  # signing off: a trusted deployment, hellos are not checked
+            return None
+        now = clock.now()
+        refused = hello_refusal(hello, guard.keyring.secret(hello.agent_id), round(now * 1000),
+                                guard.config.window_s)
+        if refused is not None:
+            return refused
+        if len(self._nonces) > 10_000:  # nonces older than the window are refused by it anyway
+            self._nonces = {n: t for n, t in self._nonces.items() if t > now}
+        if self._nonces.get(hello.nonce, 0.0) > now:
+            return WireRefusal(code=CloseCode.BAD_SIGNATURE, reason="replayed_nonce",
+                               message=f"the hello of {hello.agent_id!r} was replayed")
+        self._nonces[hello.nonce] = now + 2 * max(guard.config.window_s, HELLO_WINDOW_S)
+        return None
+
+    def _taken(self, principal: str, agent_id: str, why: str) -> WireRefusal:
+        self._refused(principal, agent_id, "already_online")
+        return WireRefusal(code=CloseCode.ALREADY_ONLINE, reason="already_online",
+                           message=f"agent {agent_id!r} is online already: {why}")
+
+    def _remote_entry(self, agent: RemoteAgent) -> dict[str, Any]:
+        return {"agent_id": agent.id, "capabilities": list(agent.capabilities),
+                "description": agent.description, "host": self.name, "node": self.node,
+                "epoch": self.epochs.get(agent.id, 0)}
+
+    async def refused(self, principal: str, agent_id: str, reason: str) -> None:
+        """See :meth:`reach.cluster.RemoteHostPort.refused`."""
+        self._refused(principal, agent_id, reason)
+
+    def _refused(self, principal: str, agent_id: str, reason: str) -> None:
+        log.warning("refused the connection of %s as %r: %s", principal, agent_id, reason)
+        self.trail.record(principal, agent_id or self.name, capability="reach.connect",
+                          msg_type="refused", outcome=f"refused: {reason}")
+
+    async def detach(self, agent_id: str, conn: str, reason: str, goodbye: bool) -> None:
+        """See :meth:`reach.cluster.RemoteHostPort.detach`."""
+        runner = self.runners.get(agent_id)
+        if runner is None or runner.conn != conn:
+            return
+        runner.end_connection()
+        if goodbye:
+            await self._leave([agent_id], 0.0, True, f"goodbye: {reason}" if reason else "goodbye")
+            return
+        loop = asyncio.get_running_loop()
+        runner.grace = loop.call_later(self.grace_s, self._expire, agent_id, reason)
+
+    def _expire(self, agent_id: str, reason: str) -> None:
+        runner = self.runners.get(agent_id)
+        if runner is None or runner.conn is not None:
+            return
+        leaving = asyncio.get_running_loop().create_task(self._leave(
+            [agent_id], 0.0, False,
+            f"disconnected ({reason}) and not back within {self.grace_s:g} s"))
+        self._background.add(leaving)
+        leaving.add_done_callback(self._background.discard)
+
+    # -- to and from the agent -----------------------------------------------------------------
+
+    async def take(self, ready: dict[str, str]) -> dict[str, str | None]:
+        """See :meth:`reach.cluster.RemoteHostPort.take`."""
+        while True:
+            out: dict[str, str | None] = {}
+            for agent_id, conn in ready.items():
+                runner = self.runners.get(agent_id)
+                if runner is None or runner.conn != conn:
+                    out[agent_id] = None
+                elif runner.queue:
+                    text = self._frame(runner, runner.take())
+                    if text is not None:
+                        out[agent_id] = text
+            if out or self._poked:
+                self._poked = False
+                return out
+            self._signal.clear()  # nothing for these connections: wait for news
+            await self._signal.wait()
+
+    def _frame(self, runner: RemoteRunner, items: list[dict[str, Any]]) -> str | None:
+        """The frame of what was taken; a request whose payload has no JSON form is answered
+        with a CodecError (fatal) instead, anything else without one is dropped and logged."""
+        if not items:
+            return None
+        text, bad = safe_envelopes_frame(items)
+        for item in bad:
+            asked = runner.asked.get(item["msg_id"])
+            error = CodecError(f"the payload of {item['msg_id']} has no JSON form",
+                               details={"rule": "json"})
+            if asked is not None:
+                runner.fail([asked], error)
+            else:
+                log.warning("dropped %s for %s: %s", item["msg_id"], runner.agent.id, error)
+        return text
+
+    async def poke(self) -> None:
+        """See :meth:`reach.cluster.RemoteHostPort.poke`."""
+        self._poked = True
+        self._signal.set()
+
+    async def put(self, batches: list[tuple[str, str, list[dict[str, Any]]]],
+                  ) -> dict[str, list[dict[str, Any]]]:
+        """See :meth:`reach.cluster.RemoteHostPort.put`."""
+        refused: dict[str, list[dict[str, Any]]] = {}
+        for agent_id, conn, items in batches:
+            errors = self._put(agent_id, conn, items)
+            if errors:
+                refused.setdefault(agent_id, []).extend(errors)
+        return refused
+
+    def _put(self, agent_id: str, conn: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        runner = self.runners.get(agent_id)
+        if runner is None or runner.conn != conn:
+            return [_error_frame(None, "not_attached", "this connection is no longer the "
+                                 f"agent's: {agent_id!r} reconnected or left")]
+        errors: list[dict[str, Any]] = []
+        for item in items:
+            try:
+                env = self._admit_from(runner, item)
+            except ReachError as exc:
+                msg_id = item.get("msg_id") if isinstance(item.get("msg_id"), str) else None
+                errors.append(_error_frame(msg_id, exc.code, exc.message))
+                continue
+            if env.request_id is not None and env.msg_type is not MsgType.REQUEST:
+                self._reply(runner, env, errors)
+            else:
+                task = asyncio.get_running_loop().create_task(self._send_in(runner, env))
+                self._outgoing.add(task)
+                task.add_done_callback(self._outgoing.discard)
+        return errors
+
+    def _admit_from(self, runner: RemoteRunner, item: dict[str, Any]) -> Envelope:
+        """An envelope the agent sent, validated; a request's deadline set by this clock."""
+        env = Envelope.parse(item)
+        if env.sender != runner.agent.id:
+            raise ProtocolError(f"an envelope from {runner.agent.id!r} names another sender "
+                                f"({env.sender!r})", details={"rule": "sender"})
+        if env.msg_type is MsgType.REQUEST and env.timeout_ms is not None:
+            # Clocks differ: the budget counts from arrival here, never past a given deadline.
+            limit = clock.now() + env.timeout_ms / 1000
+            deadline = limit if env.deadline is None else min(env.deadline, limit)
+            env = env.model_copy(update={"deadline": deadline})
+        return env
+
+    def _reply(self, runner: RemoteRunner, env: Envelope, errors: list[dict[str, Any]]) -> None:
+        request_id = env.request_id
+        assert request_id is not None
+        final = env.msg_type is not MsgType.EVENT
+        asked = runner.answer(request_id, final)
+        if asked is None:
+            errors.append(_error_frame(env.msg_id, "unknown_request",
+                                       f"no open request {request_id!r} (answered, cancelled "
+                                       "or timed out)"))
+            return
+        if final and self._audit is not None:
+            info = env.error_info
+            self._audit(asked.env, "ok" if info is None else f"error: {info.code}")
+        if env.receiver != asked.env.sender:
+            env = env.model_copy(update={"receiver": asked.env.sender})
+        self._post(asked.reply_to, env)
+
+    def _post(self, endpoint: str, env: Envelope) -> None:
+        try:
+            self.transport.post(endpoint, env)
+        except ReachError as exc:  # the caller's process is gone: nobody waits for it
+            self.directory.dead_letter([env], exc)
+        except Exception as exc:  # StaleRoute: the same, for a reply
+            self.directory.dead_letter([env], AgentUnavailable(str(exc)))
+
+    async def _send_in(self, runner: RemoteRunner, env: Envelope) -> None:
+        """Sends a request or notification of the agent into reach; a request's reply (or its
+        error) is queued for the agent."""
+        try:
+            if env.receiver.startswith(CAPABILITY_PREFIX):
+                holders = await self.directory.holders(env.receiver[len(CAPABILITY_PREFIX):],
+                                                       None)
+                (picked,) = pick_least_loaded(holders, 1, local_load=self.link.inflight,
+                                              tiebreak=self.link.next_tiebreak())
+                env = env.model_copy(update={"receiver": picked.agent_id})
+            if env.msg_type is MsgType.REQUEST:
+                # The client's send path: routing, resends while the receiver moves, deadline.
+                reply = await Client(self.link, runner.agent.id)._send(env)
+            else:
+                self.transport.post(await self.directory.route(env.receiver), env)
+                return
+        except ReachError as exc:
+            if env.msg_type is not MsgType.REQUEST:
+                self.directory.dead_letter([env], exc)
+                return
+            reply = env.fail(exc, sender=env.receiver)
+        except Exception as exc:  # StaleRoute of a notification
+            log.warning("could not send %s from %s: %s", env.msg_id, runner.agent.id, exc)
+            return
+        runner.queue.append((None, envelope_json(reply)))
+        runner.wake.set()
+
+    # -- what tools and the A2A gateway read ------------------------------------------------------
+
+    async def describe(self, agent_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The handlers the remote agents declared (as :meth:`AgentHost.describe` gives them)."""
+        return {i: [{"schema": h.schema_ref, "returns": h.returns, "streaming": h.streaming,
+                     "reads_text": reads_text(h.schema_ref), "json_schema": h.json_schema}
+                    for h in self.runners[i].agent.declaration.handlers]
+                for i in agent_ids if i in self.runners}
+
+    async def info(self) -> dict[str, Any]:
+        """As :meth:`AgentHost.info`, with which agents are connected now."""
+        info = await super().info()
+        info["connected"] = sorted(i for i, r in self.runners.items() if r.conn is not None)
+        return info
+
+
+def _error_frame(msg_id: str | None, code: str, message: str) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": FrameType.ERROR.value, "code": code, "message": message}
+    if msg_id is not None:
+        frame["msg_id"] = msg_id
+    return frame

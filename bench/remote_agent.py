@@ -1,0 +1,255 @@
+"""Remote agents: 20 agents outside the cluster, each a Python-client process on the WebSocket
+channel, beside the same 20 agents packed in the cluster.
+
+- remote: the driver's reach client sends by agent ID; each request goes to the agents' host
+  (the RemoteHost actor of the gateway replica), over the replica's long poll and WebSocket to
+  the agent's process (``python -m reach.remote``, the same as ``reach connect``), and its reply
+  comes back the same way. The replica is a process of its own (uvicorn serving
+  ``reach.gateway.channel``, as a Ray Serve replica would), joined to the same Ray;
+- packed: the same agent class spawned in a pool of 2 hosts (``reach.Packed``).
+
+K callers (100 by default) each keep one request outstanding. Security is reach's default
+(signed envelopes, audited calls, a bearer token and signed hellos on the channel). Prints msg/s
+and p50/p95/p99 of each; checks the goal (remote >= 400 msg/s with p95 <= 80 ms); writes
+bench/results/remote_agent.json (``--quick``: bench/results/quick/remote_agent.json).
+Run: ``python bench/remote_agent.py [--requests N] [--clients K] [--agents A] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+import reach
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+TEXT = "你好，我的订单 A-1024 什么时候到？"
+GOAL_MSGS_PER_S = 400
+GOAL_P95_MS = 80.0
+REMOTE_HOST = "reach.remote.bench"
+
+
+@reach.schema("bench.remote_ask@1.0")
+class Ask(BaseModel):
+    n: int
+    text: str
+
+
+@reach.schema("bench.remote_said@1.0")
+class Said(BaseModel):
+    n: int
+    text: str
+
+
+class EchoAgent(reach.Agent):
+    capabilities = ("bench.echo",)
+    description = "Says back what it was told (a stand-in for a quick agent)."
+
+    @reach.handler(Ask, returns=Said)
+    async def echo(self, ctx: reach.Context, ask: Ask) -> Said:
+        return Said(n=ask.n, text=ask.text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+async def drive(send: Callable[[int], Awaitable[int]], total: int, clients: int
+                ) -> dict[str, Any]:
+    """``clients`` callers, each with one request outstanding, until ``total`` have ended."""
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    next_i = 0
+
+    async def caller() -> None:
+        nonlocal next_i
+        while next_i < total:
+            i = next_i
+            next_i += 1
+            t0 = time.perf_counter()
+            try:
+                got = await send(i)
+            except Exception as exc:  # a failure is a figure here, not the end of the run
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
+            if got == i:
+                latencies.append(time.perf_counter() - t0)
+            else:
+                errors["wrong_answer"] = errors.get("wrong_answer", 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(clients)))
+    wall = time.perf_counter() - started
+    q = (statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1
+         else [math.nan] * 99)
+    return {"messages": total, "errors": sum(errors.values()), "error_kinds": errors,
+            "seconds": round(wall, 3), "msgs_per_s": round(len(latencies) / wall, 1),
+            "p50_ms": round(q[49] * 1000, 1), "p95_ms": round(q[94] * 1000, 1),
+            "p99_ms": round(q[98] * 1000, 1)}
+
+
+async def measured(name: str, rt: reach.Runtime, ids: list[str], total: int,
+                   clients: int) -> dict[str, Any]:
+    from quiet import settle
+
+    async def send(i: int) -> int:
+        reply = await rt.client.request(ids[i % len(ids)], Ask(n=i, text=TEXT), returns=Said)
+        return reply.value.n
+
+    await settle()
+    await drive(send, min(total, clients * 4), clients)  # warm-up
+    figures = await drive(send, total, clients)
+    print(f"{name:<8} {figures['msgs_per_s']:>7.0f} msg/s   p50 {figures['p50_ms']:>6.1f} ms   "
+          f"p95 {figures['p95_ms']:>6.1f} ms   p99 {figures['p99_ms']:>6.1f} ms"
+          + (f"   ERRORS {figures['error_kinds']}" if figures["errors"] else ""), flush=True)
+    return figures
+
+
+# -- the gateway replica's part: the channel on uvicorn, in a process of its own -----------------
+
+def serve_channel(port: int, address: str) -> None:
+    """Joins the cluster, starts the RemoteHost and serves the channel until killed."""
+    import uvicorn
+    from starlette.applications import Starlette
+
+    from reach.cluster import CallLimits
+    from reach.gateway.channel import ChannelOptions, channel_routes
+    from reach.gateway.options import GatewayOptions
+
+    rt = reach.init(address=address, log_to_driver=False)
+    cluster: Any = rt.cluster
+    host = cluster.start_remote_host(REMOTE_HOST, CallLimits(), 10.0, 1000)
+    app = Starlette(routes=channel_routes(rt.cluster, GatewayOptions(), host, ChannelOptions()))
+    print("ready", flush=True)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                ws_max_size=2 << 20)
+
+
+async def wait_port(port: int, proc: subprocess.Popen[bytes], within_s: float = 120) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the channel process exited ({proc.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"nothing listens on {port} after {within_s} s")
+
+
+async def wait_online(rt: reach.Runtime, ids: list[str], within_s: float = 180) -> None:
+    deadline = time.monotonic() + within_s
+    registry = rt.cluster.registry()
+    while time.monotonic() < deadline:
+        records = await asyncio.gather(*(registry.lookup(i) for i in ids))
+        if all(r is not None and r.host == REMOTE_HOST for r in records):
+            return
+        await asyncio.sleep(0.5)
+    raise SystemExit(f"the remote agents did not all connect within {within_s} s")
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    import ray
+
+    from reach.gateway.auth import token_for
+    from reach.remote.wire import agent_secret
+    from reach.security.keys import Keyring
+
+    rt = reach.init(address=args.address, log_to_driver=False)
+    await rt.agents()  # reach.init returns before its registry is up
+    address = ray.get_runtime_context().gcs_address
+    keyring_path = rt.cluster.security.keyring
+    assert keyring_path is not None
+    keyring = Keyring.load(keyring_path)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(HERE), str(ROOT))),
+           "REACH_KEYRING": keyring_path}
+    channel = subprocess.Popen([sys.executable, __file__, "--channel", str(port), "--address",
+                                address], cwd=ROOT, env=env)
+    agents: list[subprocess.Popen[bytes]] = []
+    ids = [f"remote-echo-{i}" for i in range(args.agents)]
+    results: dict[str, Any] = {"agents": args.agents, "clients": args.clients,
+                               "requests": args.requests, "cpus": os.cpu_count(),
+                               "agent_nice": args.agent_nice}
+    try:
+        await wait_port(port, channel)
+        token = token_for(keyring, "bench")
+        for agent_id in ids:
+            agents.append(subprocess.Popen(
+                [sys.executable, "-m", "reach.remote", "--gateway", f"ws://127.0.0.1:{port}",
+                 "remote_agent:EchoAgent", "--id", agent_id, "--token", token,
+                 "--secret", agent_secret(keyring.master, agent_id).hex()],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                preexec_fn=lambda: os.nice(args.agent_nice)))  # noqa: PLW1509 - one system call
+        await wait_online(rt, ids)
+        print(f"{args.agents} remote agents (Python-client processes) and the same agents "
+              f"packed in the cluster; {args.clients} callers, {args.requests} requests each",
+              flush=True)
+        results["remote"] = await measured("remote", rt, ids, args.requests, args.clients)
+        packed = [f"packed-echo-{i}" for i in range(args.agents)]
+        await rt.spawn_many(EchoAgent, packed, placement=reach.Packed(pool="bench-rm", size=2))
+        results["packed"] = await measured("packed", rt, packed, args.requests, args.clients)
+    finally:
+        for proc in agents:
+            proc.terminate()  # each says goodbye
+        for proc in agents:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        channel.terminate()
+        channel.wait(timeout=20)
+        await rt.close()
+    remote = results["remote"]
+    results["goal"] = {"msgs_per_s": GOAL_MSGS_PER_S, "p95_ms": GOAL_P95_MS,
+                       "met": remote["msgs_per_s"] >= GOAL_MSGS_PER_S
+                       and remote["p95_ms"] <= GOAL_P95_MS and remote["errors"] == 0}
+    print(f"goal (remote >= {GOAL_MSGS_PER_S} msg/s, p95 <= {GOAL_P95_MS:.0f} ms) "
+          f"{'met' if results['goal']['met'] else 'NOT met'}")
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--agents", type=int, default=20)
+    parser.add_argument("--address", default=None)
+    parser.add_argument("--agent-nice", type=int, default=15,
+                        help="niceness of the agents' processes (Ray's workers run at 15 here: "
+                             "the agents, on this machine, compete with the cluster as peers)")
+    parser.add_argument("--quick", action="store_true",
+                        help="2,000 requests each; figures to bench/results/quick/")
+    parser.add_argument("--channel", type=int, default=None, help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.channel is not None:
+        serve_channel(arguments.channel, arguments.address)
+        sys.exit(0)
+    if arguments.quick:
+        arguments.requests = 2000
+    figures = asyncio.run(main(arguments))
+    out = RESULTS / "quick" if arguments.quick else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "remote_agent.json").write_text(json.dumps(figures, indent=2) + "\n",
+                                           encoding="utf-8")
+    print(f"wrote {out / 'remote_agent.json'}")

@@ -1,0 +1,433 @@
+"""The gateway's WebSocket channel for remote agents: ``/v1/agents/connect``.
+
+A gateway replica holding a socket is only its bridge: the reach side of the agents connected
+through the replica is its :class:`~reach.cluster.RemoteHostPort` (``actors/remote_host.py``),
+which registers them, queues what is sent to them and sends what they send. The replica keeps
+two calls to it in flight at most, whatever the number of agents (:class:`_Bridge`):
+
+- *out*: one long poll (``take``) over every connection able to write, which returns a frame of
+  everything queued for each; a connection writes its frame to its socket before it is polled
+  for again, so that a slow socket leaves envelopes in the host's bounded queue (whose senders
+  are refused past it), not in this process;
+- *in*: one ``put`` of what every connection read; while it is in flight, the envelopes read
+  next wait and then go together (adaptive batching, as the transport does).
+
+Every refusal closes the socket with a :class:`~reach.remote.wire.CloseCode` and a reason, and
+is audited; it touches neither the replica nor any other connection. See ``docs/wire.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from reach.cluster import Cluster, RemoteHostPort
+from reach.errors import CodecError, ConfigError, ReachError
+from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
+from reach.gateway.options import GatewayOptions
+from reach.remote.wire import (
+    CONNECT_PATH,
+    DEFAULT_MAX_FRAME_BYTES,
+    WIRE_VERSION,
+    Attached,
+    CloseCode,
+    Envelopes,
+    FrameType,
+    Goodbye,
+    Heartbeat,
+    Hello,
+    WireRefusal,
+    frame_text,
+    parse_frame,
+    refusal,
+)
+from reach.security.keys import Keyring
+
+log = logging.getLogger("reach.gateway.channel")
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelOptions:
+    """The channel's settings.
+
+    Attributes:
+        max_frame_bytes: Largest frame an agent may send (UTF-8 bytes); larger: close 4413.
+        hello_timeout_s: Time allowed for the hello after the socket opens; then close 4408.
+        heartbeat_s: Interval the welcome asks agents to heartbeat at (keeps NATs open).
+        goodbye_linger_s: Time the replica waits, after goodbye, for the agent to close.
+        grace_s: How long a disconnected agent may take to come back (its restart); passed
+            to the remote host when the replica starts it.
+        queue_limit: Envelopes queued per agent before senders are refused (retryable).
+        put_backlog: Envelopes read from one socket and not yet handed over, past which the
+            replica stops reading it (the agent's own sends are then slowed by TCP).
+    """
+
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    hello_timeout_s: float = 10.0
+    heartbeat_s: float = 15.0
+    goodbye_linger_s: float = 1.0
+    grace_s: float = 10.0
+    queue_limit: int = 1000
+    put_backlog: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.max_frame_bytes < 1024:
+            raise ConfigError(f"max_frame_bytes must be at least 1024, got {self.max_frame_bytes}")
+        if min(self.hello_timeout_s, self.heartbeat_s, self.grace_s) <= 0:
+            raise ConfigError("hello_timeout_s, heartbeat_s and grace_s must be positive")
+        if self.queue_limit < 1 or self.put_backlog < 1:
+            raise ConfigError("queue_limit and put_backlog must be at least 1")
+
+
+def channel_routes(cluster: Cluster, options: GatewayOptions, host: RemoteHostPort,
+                   channel: ChannelOptions | None = None) -> list[BaseRoute]:
+    """The channel's route, to mount in the gateway's Starlette application.
+
+    Args:
+        cluster: The deployment (its keyring checks the bearer tokens).
+        options: The gateway's settings (``auth``: a bearer token is required).
+        host: This replica's remote host (``cluster.start_remote_host``).
+        channel: The channel's own settings.
+
+    Raises:
+        ConfigError: ``options.auth`` while signing is off (tokens need the keyring).
+    """
+    guard = cluster.guard()
+    if options.auth and guard is None:
+        raise ConfigError("the channel's auth needs the deployment's keyring, and signing is "
+                          "off", details={"setting": "auth"})
+    keyring = guard.keyring if options.auth and guard is not None else None
+    settings = channel or ChannelOptions()
+    bridge = _Bridge(host, settings)
+
+    async def endpoint(ws: WebSocket) -> None:
+        await _Connection(ws, bridge, settings, keyring).run()
+
+    return [WebSocketRoute(CONNECT_PATH, endpoint)]
+
+
+class _Bridge:
+    """The replica's side of its remote host: one long poll (``take``) for every connection
+    able to write, and one ``put`` in flight for what every connection read (the envelopes
+    read meanwhile go together in the next), so that the Ray calls per message fall as the
+    load grows, whatever the number of agents.
+
+    Invariant: a connection is in ``ready`` while it has nothing to write; the poll's frame for
+    it is written before it is ready again (so a slow socket leaves its envelopes queued in the
+    remote host, whose bounded queue refuses senders past it).
+    """
+
+    def __init__(self, host: RemoteHostPort, settings: ChannelOptions) -> None:
+        self.host = host
+        self.settings = settings
+        self.ready: dict[str, _Connection] = {}
+        self._polled: set[str] = set()
+        self._poll: asyncio.Task[None] | None = None
+        self._news = asyncio.Event()
+        self._inbox: list[tuple[_Connection, list[dict[str, Any]]]] = []
+        self._backlog = 0
+        self._drain: asyncio.Task[None] | None = None
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    # -- to the agents ---------------------------------------------------------------------------
+
+    def ready_to_write(self, conn: _Connection) -> None:
+        """The connection has written what it was given: poll for it again."""
+        self.ready[conn.agent_id] = conn
+        if self._poll is None or self._poll.done():
+            self._poll = asyncio.ensure_future(self._poll_forever())
+        elif conn.agent_id not in self._polled:
+            self._news.set()
+
+    def leave(self, conn: _Connection) -> None:
+        if self.ready.get(conn.agent_id) is conn:
+            del self.ready[conn.agent_id]
+
+    async def _poll_forever(self) -> None:
+        while self.ready:
+            ready = dict(self.ready)
+            self._polled = set(ready)
+            self._news.clear()
+            call = asyncio.ensure_future(self._take(ready))
+            news = asyncio.ensure_future(self._news.wait())
+            done, _ = await asyncio.wait({call, news}, return_when=asyncio.FIRST_COMPLETED)
+            if call not in done:  # a connection became ready meanwhile: end this poll
+                await _quietly(self.host.poke())
+            news.cancel()
+            frames = await call
+            for agent_id, text in frames.items():
+                conn = ready[agent_id]
+                if self.ready.get(agent_id) is conn:
+                    del self.ready[agent_id]
+                conn.frames.put_nowait(text)
+            await asyncio.sleep(0)  # writers that finish at once are ready for the next poll
+        self._polled = set()
+
+    async def _take(self, ready: dict[str, _Connection]) -> dict[str, str | None]:
+        try:
+            return await self.host.take({a: c.conn for a, c in ready.items()})
+        except ReachError as exc:  # the remote host is gone: every connection ends
+            log.warning("the remote host failed: %s", exc)
+            return dict.fromkeys(ready, _GONE)
+
+    # -- from the agents -------------------------------------------------------------------------
+
+    async def put(self, conn: _Connection, items: list[dict[str, Any]]) -> None:
+        """Queues envelopes a connection read; waits while the backlog is full."""
+        self._inbox.append((conn, items))
+        self._backlog += len(items)
+        if self._drain is None or self._drain.done():
+            self._drained.clear()
+            self._drain = asyncio.ensure_future(self._put_all())
+        while self._backlog > self.settings.put_backlog:
+            await self._drained.wait()
+
+    async def flushed(self) -> None:
+        """Returns once everything read so far is handed over."""
+        await self._drained.wait()
+
+    async def _put_all(self) -> None:
+        try:
+            while self._inbox:
+                batch, self._inbox = self._inbox, []
+                self._backlog -= sum(len(items) for _, items in batch)
+                try:
+                    refused = await self.host.put([(c.agent_id, c.conn, items)
+                                                   for c, items in batch])
+                except ReachError as exc:
+                    log.warning("the remote host failed: %s", exc)
+                    for conn, _ in batch:
+                        conn.frames.put_nowait(_GONE)
+                    continue
+                by_agent = {c.agent_id: c for c, _ in batch}
+                for agent_id, errors in refused.items():
+                    for error in errors:
+                        by_agent[agent_id].errors.put_nowait(error)
+        finally:
+            self._drained.set()
+
+
+#: What a connection's writer gets when the remote host is gone.
+_GONE = "\x00gone"
+
+
+class _Closed(Exception):
+    """The connection ends: with this refusal (to send and audit), or None (the peer left)."""
+
+    def __init__(self, why: WireRefusal | None, audit: bool = True) -> None:
+        super().__init__(why.reason if why else "peer left")
+        self.why = why
+        self.audit = audit
+
+
+class _Connection:
+    """One agent's socket, from its hello to its close."""
+
+    def __init__(self, ws: WebSocket, bridge: _Bridge, settings: ChannelOptions,
+                 keyring: Keyring | None) -> None:
+        self.ws = ws
+        self.bridge = bridge
+        self.host = bridge.host
+        self.settings = settings
+        self.keyring = keyring
+        self.principal = ANONYMOUS
+        self.agent_id = ""
+        self.conn = ""
+        self.attached: Attached | None = None
+        self._lock = asyncio.Lock()
+        # What the poll took for this connection (None: the connection is over).
+        self.frames: asyncio.Queue[str | None] = asyncio.Queue()
+        self.errors: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.goodbye = False
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        reason = "connection closed"
+        try:
+            self.principal = self._principal()
+            attached = await self._attach(await self._hello())
+            await self._send(self._welcome(attached))
+            await self._serve(attached)
+        except _Closed as closed:
+            reason = closed.why.reason if closed.why else reason
+            await self._end(closed)
+        except ReachError as exc:  # the remote host is gone or unreachable
+            log.warning("the remote host failed for %s: %s", self.agent_id, exc)
+            reason = "remote_host"
+            await self._end(_Closed(WireRefusal(code=CloseCode.UNAVAILABLE, reason="unavailable",
+                                                message=exc.message), audit=False))
+        finally:
+            if self.attached is not None and not self.goodbye:
+                with contextlib.suppress(ReachError):
+                    await self.host.detach(self.agent_id, self.attached.conn, reason, False)
+
+    def _principal(self) -> str:
+        if self.keyring is None:
+            return ANONYMOUS
+        given = self.ws.headers.get("authorization")
+        token = bearer_token(given) or self.ws.query_params.get("token")
+        principal = None if token is None else principal_for(self.keyring, token)
+        if principal is None:
+            why = "missing_token" if token is None else "invalid_token"
+            raise _Closed(WireRefusal(code=CloseCode.UNAUTHORIZED, reason=why,
+                                      message="send 'Authorization: Bearer <token>' with a token "
+                                              "of this deployment (reach token NAME)"))
+        return principal
+
+    async def _hello(self) -> Hello:
+        try:
+            text = await asyncio.wait_for(self._receive(), self.settings.hello_timeout_s)
+        except TimeoutError:
+            raise _Closed(WireRefusal(code=CloseCode.HELLO_TIMEOUT, reason="hello_timeout",
+                                      message=f"no hello within {self.settings.hello_timeout_s:g}"
+                                              " s")) from None
+        frame = self._parse(text)
+        if not isinstance(frame, Hello):
+            raise _Closed(WireRefusal(code=CloseCode.MALFORMED, reason="expected_hello",
+                                      message="the first frame must be a hello"))
+        return frame
+
+    async def _attach(self, hello: Hello) -> Attached:
+        self.agent_id = hello.agent_id
+        attached = await self.host.attach(hello, self.principal)
+        if isinstance(attached, WireRefusal):
+            raise _Closed(attached, audit=False)  # audited by the host
+        self.attached = attached
+        self.conn = attached.conn
+        return attached
+
+    def _welcome(self, attached: Attached) -> dict[str, Any]:
+        return {"type": FrameType.WELCOME.value, "v": WIRE_VERSION, "agent_id": attached.agent_id,
+                "epoch": attached.epoch, "restarted": attached.restarted,
+                "max_frame_bytes": self.settings.max_frame_bytes,
+                "heartbeat_s": self.settings.heartbeat_s, "queue_limit": attached.queue_limit}
+
+    async def _serve(self, attached: Attached) -> None:
+        out = asyncio.ensure_future(self._pump_out())
+        reader = asyncio.ensure_future(self._pump_in(attached.conn))
+        errors = asyncio.ensure_future(self._pump_errors())
+        self.bridge.ready_to_write(self)
+        try:
+            done, _ = await asyncio.wait({out, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if done == {out} and not out.exception():  # after goodbye: the reader closes
+                await reader
+            for task in (reader, out):
+                if task in done:
+                    task.result()  # raises _Closed or a ReachError
+        finally:
+            self.bridge.leave(self)
+            for task in (out, reader, errors):
+                task.cancel()
+                task.add_done_callback(_retrieved)
+
+    async def _pump_out(self) -> None:
+        while True:
+            text = await self.frames.get()
+            if text is None and self.goodbye:  # the reader closes the socket
+                return
+            if text is None:  # replaced by a newer connection, or removed from reach
+                raise _Closed(WireRefusal(code=CloseCode.NORMAL, reason="removed",
+                                          message="this connection is no longer the agent's"),
+                              audit=False)
+            if text == _GONE:
+                raise _Closed(WireRefusal(code=CloseCode.UNAVAILABLE, reason="unavailable",
+                                          message="the gateway lost its remote host"),
+                              audit=False)
+            await self._send_text(text)
+            self.bridge.ready_to_write(self)
+
+    async def _pump_errors(self) -> None:
+        while True:
+            await self._send(await self.errors.get())
+
+    async def _pump_in(self, conn: str) -> None:
+        while True:
+            frame = self._parse(await self._receive())
+            if isinstance(frame, Envelopes):
+                await self.bridge.put(self, list(frame.items))
+            elif isinstance(frame, Heartbeat):
+                await self._send({"type": FrameType.HEARTBEAT.value, "ts": frame.ts})
+            elif isinstance(frame, Goodbye):
+                await self._leave(conn, frame)
+                return
+            else:
+                raise _Closed(WireRefusal(code=CloseCode.MALFORMED, reason="second_hello",
+                                          message="a connection says hello once"))
+
+    async def _leave(self, conn: str, goodbye: Goodbye) -> None:
+        """Goodbye: what was sent before it is handed over, the agent leaves, and the socket
+        closes (normally, or 4410 if the agent sends anything more)."""
+        await self.bridge.flushed()
+        self.goodbye = True
+        await self.host.detach(self.agent_id, conn, goodbye.reason, True)
+        try:
+            await asyncio.wait_for(self._receive(), self.settings.goodbye_linger_s)
+        except TimeoutError:
+            raise _Closed(WireRefusal(code=CloseCode.NORMAL, reason="goodbye",
+                                      message=goodbye.reason or "goodbye"),
+                          audit=False) from None
+        raise _Closed(WireRefusal(code=CloseCode.AFTER_GOODBYE, reason="after_goodbye",
+                                  message="a frame came after goodbye"))
+
+    # -- the socket ------------------------------------------------------------------------------
+
+    async def _receive(self) -> str | bytes:
+        try:
+            message = await self.ws.receive()
+        except WebSocketDisconnect:
+            raise _Closed(None) from None
+        if message["type"] == "websocket.disconnect":
+            raise _Closed(None)
+        text = message.get("text")
+        return text if text is not None else message.get("bytes") or b""
+
+    def _parse(self, text: str | bytes) -> Any:
+        try:
+            return parse_frame(text, self.settings.max_frame_bytes)
+        except CodecError as exc:
+            raise _Closed(refusal(exc)) from exc
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        await self._send_text(frame_text(frame))
+
+    async def _send_text(self, text: str) -> None:
+        async with self._lock:
+            try:
+                await self.ws.send_text(text)
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                raise _Closed(None) from None
+
+    async def _end(self, closed: _Closed) -> None:
+        why = closed.why
+        if why is None:
+            return
+        if closed.audit:
+            await _quietly(self.host.refused(self.principal, self.agent_id, why.reason))
+        log.info("closing the connection of %r (%s): %s", self.agent_id or self.principal,
+                 why.code, why.message)
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+            await self.ws.close(int(why.code), why.close_reason())
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Reads a finished task's outcome (its error was handled by whoever ended the connection)."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _quietly(call: Awaitable[Any]) -> None:
+    try:
+        await call
+    except ReachError as exc:
+        log.warning("could not audit a refused connection: %s", exc)
+
+
+__all__ = ["ChannelOptions", "channel_routes"]

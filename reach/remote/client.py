@@ -1,0 +1,551 @@
+"""Running an ordinary :class:`reach.Agent` subclass as a remote agent, over the WebSocket wire.
+
+:class:`RemoteAgentRunner` speaks the wire (:mod:`reach.remote.wire`) on one connection: it says
+hello, then hands each request to the agent's handler (validated by the handler's model, within
+the request's deadline), sends back the reply, the stream's chunks and end, or the typed error,
+and lets handlers call other agents through :class:`RemoteContext` (by ID, by capability,
+notifications). :func:`serve_agent` connects with ``websockets`` and reconnects after a broken
+connection (a reconnect within the gateway's grace period is the agent's restart); requests the
+agent was handling when the connection broke are answered on the next connection.
+
+Nothing here imports Ray. Example::
+
+    await serve_agent("wss://gateway.example:8000", OrderAgent, "order-remote-1",
+                      token="partner.9f2c...", secret=bytes.fromhex("..."))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from reach.agent import Agent, HandlerSpec
+from reach.errors import (
+    AgentUnavailable,
+    AuthError,
+    HandlerError,
+    ProtocolError,
+    ReachError,
+    RequestTimeout,
+    TaskCancelled,
+)
+from reach.protocol import Envelope, MsgType
+from reach.remote.wire import (
+    CAPABILITY_PREFIX,
+    CONNECT_PATH,
+    FINAL_CODES,
+    CloseCode,
+    Declaration,
+    FrameType,
+    HandlerDoc,
+    envelope_json,
+    frame_text,
+    make_hello,
+    safe_envelopes_frame,
+)
+from reach.replies import Reply, read_reply
+
+log = logging.getLogger("reach.remote")
+
+#: Schema of the reply of a handler that returns None, and of the end of a stream.
+ACK_SCHEMA = "reach.ack@1.0"
+STREAM_END_SCHEMA = "reach.stream.end@1.0"
+CANCEL_SCHEMA = "reach.cancel@1.0"
+#: Requests remembered as answered, so that one re-sent after a reconnect is not run twice.
+ANSWERED_MEMORY = 10_000
+
+
+class Connection(Protocol):
+    """One WebSocket, as the runner needs it (``websockets``' client, or a test's socket)."""
+
+    async def send(self, text: str) -> None:
+        """Sends a text frame."""
+        ...
+
+    async def recv(self) -> str:
+        """The next text frame.
+
+        Raises:
+            ConnectionEnded: the socket closed.
+        """
+        ...
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Closes the socket."""
+        ...
+
+
+class ConnectionEnded(AgentUnavailable):
+    """The connection closed: ``details["close"]`` is the close code, ``details["reason"]`` why."""
+
+    code = "connection_ended"
+
+
+def declaration_of(cls: type[Agent]) -> Declaration:
+    """What an agent class declares in its hello: capabilities, description, handlers."""
+    return Declaration(
+        capabilities=tuple(cls.capabilities), description=cls.description,
+        handlers=tuple(HandlerDoc(schema_ref=s.reads, returns=s.returns, streaming=s.streaming,
+                                  json_schema=s.model.model_json_schema() if s.model else None)
+                       for s in cls.handler_specs()),
+        pending_policy=cls.pending_policy.value)
+
+
+class RemoteAgentRunner:
+    """One remote agent: its instance, the requests it handles, the requests it made.
+
+    Args:
+        agent: The agent (its ``id`` is set here).
+        agent_id: Its ID.
+        secret: Its signing secret (:func:`reach.remote.wire.agent_secret`); None when the
+            deployment runs with signing off.
+        clock: Seconds since the epoch (injectable).
+    """
+
+    def __init__(self, agent: Agent, agent_id: str, secret: bytes | None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        agent.id = agent_id
+        self.agent = agent
+        self.agent_id = agent_id
+        self.secret = secret
+        self.clock = clock
+        self.epoch = 0
+        self.conn: Connection | None = None
+        self._outbox: list[dict[str, Any]] = []
+        self._connected = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        # Invariant: every request being handled maps to its task, until its reply is queued.
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._answered: OrderedDict[str, None] = OrderedDict()
+        self._waiting: dict[str, asyncio.Future[Envelope] | asyncio.Queue[Envelope]] = {}
+        self.handled = 0
+
+    # -- the connection ----------------------------------------------------------------------
+
+    async def run(self, conn: Connection) -> CloseCode | int:
+        """Says hello on ``conn`` and serves until it closes; returns the close code.
+
+        Raises:
+            AuthError: the gateway refused the hello or the token (4401, 4403).
+        """
+        await conn.send(frame_text(self._hello()))
+        try:
+            welcome = json.loads(await conn.recv())
+        except ConnectionEnded as exc:
+            code = int(exc.details.get("close") or 1006)
+            if code in (CloseCode.UNAUTHORIZED, CloseCode.BAD_SIGNATURE):
+                raise AuthError(exc.message, details=dict(exc.details)) from exc
+            return code
+        if welcome.get("type") != FrameType.WELCOME:
+            await conn.close(int(CloseCode.MALFORMED), "expected welcome")
+            return CloseCode.MALFORMED
+        self.epoch = int(welcome.get("epoch", 0))
+        log.info("%s connected (epoch %d%s)", self.agent_id, self.epoch,
+                 ", restarted" if welcome.get("restarted") else "")
+        self.conn = conn
+        self._connected.set()
+        self._kick()
+        try:
+            while True:
+                self._on_frame(json.loads(await conn.recv()))
+        except ConnectionEnded as exc:
+            return int(exc.details.get("close") or 1006)
+        finally:
+            self.conn = None
+            self._connected.clear()
+
+    def _hello(self) -> dict[str, Any]:
+        # With signing off the gateway checks no signature: any key makes a well-formed one.
+        return make_hello(self.agent_id, declaration_of(type(self.agent)), self.secret or b"",
+                          now_ms=round(self.clock() * 1000), nonce=os.urandom(16).hex())
+
+    async def goodbye(self, reason: str = "") -> None:
+        """Leaves for good: what is queued goes first, then goodbye, then the socket closes."""
+        conn = self.conn
+        if conn is None:
+            return
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+        await conn.send(frame_text({"type": FrameType.GOODBYE.value, "reason": reason}))
+        await conn.close(int(CloseCode.NORMAL), "goodbye")
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def send(self, env: Envelope) -> None:
+        """Queues an envelope; it leaves with whatever else is queued (one frame), at once when
+        connected, on the next connection otherwise."""
+        self._outbox.append(envelope_json(env))
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._outbox and self.conn is not None and (self._writer is None
+                                                       or self._writer.done()):
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        while self._outbox and self.conn is not None:
+            items, self._outbox = self._outbox, []
+            text, bad = safe_envelopes_frame(items)
+            for item in bad:
+                log.error("%s dropped %s: its payload has no JSON form", self.agent_id,
+                          item.get("msg_id"))
+            if text is None:
+                continue
+            try:
+                await self.conn.send(text)
+            except ConnectionEnded:
+                self._outbox[:0] = items  # for the next connection
+                return
+            await asyncio.sleep(0)  # let replies ready now join the next frame
+
+    # -- receiving -------------------------------------------------------------------------------
+
+    def _on_frame(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind == FrameType.ENVELOPE:
+            self._on_envelope(frame["envelope"])
+        elif kind == FrameType.BATCH:
+            for item in frame["envelopes"]:
+                self._on_envelope(item)
+        elif kind == FrameType.ERROR:
+            self._on_error(frame)
+        elif kind != FrameType.HEARTBEAT:
+            log.warning("%s ignored a frame of type %r", self.agent_id, kind)
+
+    def _on_error(self, frame: dict[str, Any]) -> None:
+        waiting = self._waiting.pop(str(frame.get("msg_id")), None)
+        error = ProtocolError(f"the gateway refused an envelope: {frame.get('message')}",
+                              details={"rule": str(frame.get("code"))})
+        if isinstance(waiting, asyncio.Future) and not waiting.done():
+            waiting.set_exception(error)
+        elif waiting is None:
+            log.warning("%s: the gateway refused %s: %s", self.agent_id, frame.get("msg_id"),
+                        frame.get("message"))
+
+    def _on_envelope(self, item: dict[str, Any]) -> None:
+        try:
+            env = Envelope.parse(item)
+        except ReachError as exc:
+            log.warning("%s dropped an invalid envelope: %s", self.agent_id, exc)
+            return
+        if env.request_id is not None and env.msg_type is not MsgType.REQUEST:
+            self._on_reply(env)
+        elif env.payload_schema == CANCEL_SCHEMA:
+            task = self._running.get(str(env.payload.get("request_id")))
+            if task is not None:
+                task.cancel()
+        elif env.msg_id in self._running or env.msg_id in self._answered:
+            return  # re-sent after a reconnect: its reply is on its way, or was sent
+        else:
+            self._running[env.msg_id] = asyncio.get_running_loop().create_task(
+                self._handle(env, self.clock()))
+
+    def _on_reply(self, env: Envelope) -> None:
+        assert env.request_id is not None
+        waiting = self._waiting.get(env.request_id)
+        if isinstance(waiting, asyncio.Queue):
+            if env.msg_type is not MsgType.EVENT:
+                del self._waiting[env.request_id]
+            waiting.put_nowait(env)
+        elif waiting is not None:
+            del self._waiting[env.request_id]
+            if not waiting.done():
+                waiting.set_result(env)
+
+    # -- handling --------------------------------------------------------------------------------
+
+    async def _handle(self, env: Envelope, arrived: float) -> None:
+        # Clocks differ: the budget counts from arrival here.
+        deadline = None if env.timeout_ms is None else arrived + env.timeout_ms / 1000
+        try:
+            spec = type(self.agent).handler_for(env.payload_schema)
+            message = spec.read(env.payload, env.payload_schema)
+            ctx = RemoteContext(self, env, deadline)
+            left = None if deadline is None else max(deadline - self.clock(), 0.0)
+            async with asyncio.timeout(left):
+                await self._invoke(spec, ctx, message, env)
+        except asyncio.CancelledError:
+            self._fail(env, TaskCancelled(f"{self.agent_id!r} was told to cancel the request"))
+        except TimeoutError:
+            self._fail(env, RequestTimeout(f"handler of {self.agent_id!r} passed the deadline",
+                                           details={"agent_id": self.agent_id}))
+        except ReachError as exc:
+            self._fail(env, exc)
+        except Exception as exc:
+            self._fail(env, HandlerError(f"{type(exc).__name__}: {exc}",
+                                         details={"type": type(exc).__name__,
+                                                  "agent_id": self.agent_id}))
+        finally:
+            self._running.pop(env.msg_id, None)
+            self._answered[env.msg_id] = None
+            if len(self._answered) > ANSWERED_MEMORY:
+                self._answered.popitem(last=False)
+            self.handled += 1
+
+    async def _invoke(self, spec: HandlerSpec, ctx: RemoteContext, message: Any,
+                      env: Envelope) -> None:
+        fn = getattr(self.agent, spec.method)
+        request = env.msg_type is MsgType.REQUEST
+        if spec.streaming:
+            sent = 0
+            async for chunk in fn(ctx, message):
+                reply = self._reply(env, spec, chunk)
+                self.send(Envelope(
+                    msg_type=MsgType.EVENT, sender=self.agent_id, receiver=env.sender,
+                    payload=reply.payload, payload_schema=reply.payload_schema,
+                    request_id=env.msg_id, trace_id=env.trace_id, session_id=env.session_id,
+                    hops=env.hops))
+                sent += 1
+            if request:
+                self.send(env.reply({"chunks": sent}, STREAM_END_SCHEMA, sender=self.agent_id))
+            return
+        result = await fn(ctx, message)
+        if request:
+            self.send(self._reply(env, spec, result))
+
+    def _reply(self, env: Envelope, spec: HandlerSpec, result: Any) -> Envelope:
+        if result is None:
+            return env.reply({}, ACK_SCHEMA, sender=self.agent_id)
+        if isinstance(result, BaseModel):
+            return env.reply(result, spec.returns, sender=self.agent_id)
+        if spec.returns is None:
+            raise ProtocolError(f"handler {spec.method} returned a {type(result).__name__} but "
+                                "declares no returns= schema")
+        return env.reply(result, spec.returns, sender=self.agent_id)
+
+    def _fail(self, env: Envelope, error: ReachError) -> None:
+        if env.msg_type is MsgType.REQUEST:
+            self.send(env.fail(error, sender=self.agent_id))
+        else:
+            log.warning("%s: %s %s failed: %s", self.agent_id, env.msg_type.value, env.msg_id,
+                        error)
+
+    # -- calling others --------------------------------------------------------------------------
+
+    async def call(self, env: Envelope) -> Envelope:
+        """Sends a request and waits for its reply envelope (until its deadline).
+
+        Raises:
+            RequestTimeout: no reply in time.
+            ReachError: the reply is an error (typed, with its severity).
+        """
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._waiting[env.msg_id] = future
+        self.send(env)
+        try:
+            async with asyncio.timeout((env.timeout_ms or 30_000) / 1000):
+                reply = await future
+        except TimeoutError:
+            raise RequestTimeout(f"no reply from {env.receiver!r} within {env.timeout_ms} ms",
+                                 details={"agent_id": env.receiver}) from None
+        finally:
+            self._waiting.pop(env.msg_id, None)
+        if reply.msg_type is MsgType.ERROR:
+            raise reply.to_error()
+        return reply
+
+
+class RemoteContext:
+    """What a remote agent's handler gets, as a :class:`reach.Context` inside the cluster: the
+    request's headers and deadline, and a client that sends on the agent's behalf (keeping the
+    trace, extending the hop chain, never past the request's deadline)."""
+
+    def __init__(self, runner: RemoteAgentRunner, request: Envelope,
+                 deadline: float | None) -> None:
+        self._runner = runner
+        self.parent = request
+        self._deadline = deadline
+
+    @property
+    def agent_id(self) -> str:
+        """ID of the agent handling the request."""
+        return self._runner.agent_id
+
+    @property
+    def request_envelope(self) -> Envelope:
+        """The envelope being handled."""
+        return self.parent
+
+    @property
+    def trace_id(self) -> str:
+        """The call chain's trace ID."""
+        return self.parent.trace_id
+
+    def remaining_ms(self) -> float | None:
+        """Milliseconds left before the deadline (None for a notification)."""
+        return None if self._deadline is None else (self._deadline - self._runner.clock()) * 1000
+
+    def _envelope(self, kind: MsgType, receiver: str, payload: BaseModel | Mapping[str, Any],
+                  schema: str | None, timeout_ms: int | None) -> Envelope:
+        fields: dict[str, Any] = {"trace_id": self.parent.trace_id,
+                                  "hops": (*self.parent.hops, self.agent_id)}
+        if self.parent.session_id is not None:
+            fields["session_id"] = self.parent.session_id
+        now = self._runner.clock()
+        if kind is MsgType.NOTIFICATION:
+            return Envelope.notification(self.agent_id, receiver, payload, schema, timestamp=now,
+                                         **fields)
+        left = self.remaining_ms()
+        budget = timeout_ms or 30_000
+        if left is not None:
+            budget = max(1, min(budget, int(left)))
+        return Envelope.request(self.agent_id, receiver, payload, schema, timeout_ms=budget,
+                                timestamp=now, **fields)
+
+    async def request(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
+                      schema: str | None = None, *, returns: type[BaseModel] | None = None,
+                      timeout_ms: int | None = None) -> Reply[Any]:
+        """Sends a request to one agent by ID and returns its reply.
+
+        Raises:
+            ReachError: as :meth:`reach.Client.request` (the error the gateway or the callee
+                answered with, typed).
+        """
+        env = self._envelope(MsgType.REQUEST, agent_id, payload, schema, timeout_ms)
+        return read_reply(await self._runner.call(env), returns)
+
+    async def request_capability(self, capability: str, payload: BaseModel | Mapping[str, Any],
+                                 schema: str | None = None, *,
+                                 returns: type[BaseModel] | None = None,
+                                 timeout_ms: int | None = None) -> Reply[Any]:
+        """Sends a request to the least-loaded online holder of a capability.
+
+        Raises:
+            NoCapableAgent: nobody online holds it.
+            ReachError: as :meth:`request`.
+        """
+        return await self.request(f"{CAPABILITY_PREFIX}{capability}", payload, schema,
+                                  returns=returns, timeout_ms=timeout_ms)
+
+    async def notify(self, agent_id: str, payload: BaseModel | Mapping[str, Any],
+                     schema: str | None = None) -> None:
+        """Sends a notification (no reply) to one agent by ID."""
+        self._runner.send(self._envelope(MsgType.NOTIFICATION, agent_id, payload, schema, None))
+
+
+# -- websockets ----------------------------------------------------------------------------------
+
+
+class _Socket:
+    """``websockets``' client connection as a :class:`Connection`."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+
+    async def send(self, text: str) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await self._ws.send(text)
+        except ConnectionClosed as exc:
+            raise _ended(exc) from None
+
+    async def recv(self) -> str:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            data = await self._ws.recv()
+        except ConnectionClosed as exc:
+            raise _ended(exc) from None
+        return data if isinstance(data, str) else data.decode("utf-8")
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        await self._ws.close(code, reason)
+
+
+def _ended(exc: Any) -> ConnectionEnded:
+    rcvd = getattr(exc, "rcvd", None)
+    code = rcvd.code if rcvd is not None else 1006
+    reason = rcvd.reason if rcvd is not None else "connection lost"
+    return ConnectionEnded(f"the connection closed ({code}): {reason}",
+                           details={"close": code, "reason": reason})
+
+
+def connect_url(gateway: str) -> str:
+    """The channel's URL from a gateway's: ``http(s)`` becomes ``ws(s)``, and the path is added
+    when the URL has none."""
+    url = gateway.rstrip("/")
+    for plain, secure in (("http://", "ws://"), ("https://", "wss://")):
+        if url.startswith(plain):
+            url = url.replace(plain, secure, 1)
+    _, _, rest = url.partition("://")
+    return url if "/" in rest else f"{url}{CONNECT_PATH}"
+
+
+async def serve_agent(gateway: str, cls: type[Agent], agent_id: str, *, token: str | None,
+                      secret: bytes | None, args: tuple[Any, ...] = (),
+                      kwargs: dict[str, Any] | None = None, reconnect: bool = True,
+                      stop: asyncio.Event | None = None,
+                      on_connected: Callable[[RemoteAgentRunner], None] | None = None) -> int:
+    """Runs ``cls(*args, **kwargs)`` as the remote agent ``agent_id`` through a gateway, until
+    ``stop`` is set (then it says goodbye) or the gateway closes with a final code.
+
+    A broken connection is dialled again with backoff (0.05 s doubling to 2 s): the gateway takes
+    it as the agent's restart when it comes within its grace period.
+
+    Returns:
+        The last close code.
+
+    Raises:
+        AuthError: the gateway refused the token or the hello's signature.
+    """
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidHandshake
+
+    agent = cls(*args, **(kwargs or {}))
+    runner = RemoteAgentRunner(agent, agent_id, secret)
+    await agent.on_start()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url, delay, code = connect_url(gateway), 0.05, 1006
+    stopping = stop or asyncio.Event()
+    try:
+        while not stopping.is_set():
+            try:
+                async with connect(url, additional_headers=headers, max_size=None,
+                                   open_timeout=10, ping_interval=20) as ws:
+                    delay = 0.05
+                    code = await _serve_until(runner, _Socket(ws), stopping, on_connected)
+            except (OSError, InvalidHandshake, TimeoutError) as exc:
+                log.warning("%s could not reach %s: %s", agent_id, url, exc)
+                code = 1006
+            if code in FINAL_CODES or not reconnect:
+                return code
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), delay)
+            delay = min(delay * 2, 2.0)
+        return code
+    finally:
+        await agent.on_stop()
+
+
+async def _serve_until(runner: RemoteAgentRunner, conn: Connection, stop: asyncio.Event,
+                       on_connected: Callable[[RemoteAgentRunner], None] | None) -> int:
+    serving = asyncio.ensure_future(runner.run(conn))
+    stopped = asyncio.ensure_future(stop.wait())
+    connected = asyncio.ensure_future(runner._connected.wait())
+    try:
+        if on_connected is not None:
+            done, _ = await asyncio.wait({serving, connected}, return_when=asyncio.FIRST_COMPLETED)
+            if connected in done:
+                on_connected(runner)
+        done, _ = await asyncio.wait({serving, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if serving in done:
+            return int(serving.result())
+        await runner.goodbye("stopped")
+        return int(await serving)
+    finally:
+        for task in (stopped, connected):
+            task.cancel()
+
+
+__all__ = ["Connection", "ConnectionEnded", "RemoteAgentRunner", "RemoteContext", "connect_url",
+           "declaration_of", "serve_agent"]

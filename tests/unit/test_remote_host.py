@@ -1,0 +1,396 @@
+"""Remote agents on the fake cluster: the gateway's channel, the RemoteHost and the Python client,
+all in one event loop on virtual time (a grace period or a deadline costs no wall time)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from remote_sockets import AsgiSocket
+from remote_unit_agents import Add, Adder, Calculator, Count, Relay, Sum
+from starlette.applications import Starlette
+
+import reach
+from reach import clock
+from reach.cluster import CallLimits, RemoteHostPort
+from reach.errors import AgentUnavailable, RequestTimeout, Severity
+from reach.gateway.auth import token_for
+from reach.gateway.channel import ChannelOptions, channel_routes
+from reach.gateway.options import GatewayOptions
+from reach.records import AgentStatus
+from reach.remote.client import RemoteAgentRunner
+from reach.remote.wire import (
+    CONNECT_PATH,
+    CloseCode,
+    Declaration,
+    agent_secret,
+    make_hello,
+)
+from reach.security.guard import SecurityConfig, resolve_keyring
+from reach.testing import FakeCluster, eventually, run
+
+HOST = "reach.remote.replica-1"
+
+
+@dataclass
+class Gateway:
+    """One replica's channel on the fake cluster, and a way to connect agents to it."""
+
+    fake: FakeCluster
+    host: RemoteHostPort
+    app: Starlette
+    master: bytes | None
+    token: str | None
+    runners: list[tuple[RemoteAgentRunner, asyncio.Task[Any]]] = field(default_factory=list)
+
+    def socket(self, token: str | None = None) -> AsgiSocket:
+        use = token if token is not None else self.token
+        headers = {"authorization": f"Bearer {use}"} if use else {}
+        return AsgiSocket(self.app, CONNECT_PATH, headers)
+
+    def secret(self, agent_id: str) -> bytes | None:
+        return None if self.master is None else agent_secret(self.master, agent_id)
+
+    async def connect(self, agent_id: str, agent: reach.Agent | None = None,
+                      ) -> tuple[RemoteAgentRunner, AsgiSocket]:
+        """A remote agent connected (welcomed) through the channel."""
+        sock = self.socket()
+        runner = RemoteAgentRunner(agent or Calculator(), agent_id, self.secret(agent_id),
+                                   clock=clock.now)
+        task = asyncio.get_running_loop().create_task(runner.run(sock))
+        self.runners.append((runner, task))
+        await eventually(lambda: _true(runner.conn is not None or task.done()))
+        assert runner.conn is not None, task.result()
+        return runner, sock
+
+    def kill(self, runner: RemoteAgentRunner) -> None:
+        """The agent's process dies: its tasks end, its socket breaks."""
+        for owned, task in self.runners:
+            if owned is runner:
+                task.cancel()
+        for handling in list(runner._running.values()):
+            handling.cancel()
+
+    async def audit(self, agent_id: str) -> list[dict[str, Any]]:
+        await self.host.flush_audit()
+        return await self.fake.store().audit_records(None, agent_id, 100)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+Scenario = Callable[[FakeCluster, Gateway], Coroutine[Any, Any, None]]
+
+
+def on_channel(scenario: Scenario, *, signed: Path | None = None, grace_s: float = 5.0,
+               queue_limit: int = 1000) -> None:
+    async def main(fake: FakeCluster) -> None:
+        host = fake.start_remote_host(HOST, CallLimits(), grace_s, queue_limit)
+        options = GatewayOptions(auth=signed is not None)
+        settings = ChannelOptions(max_frame_bytes=4096, grace_s=grace_s, queue_limit=queue_limit)
+        app = Starlette(routes=channel_routes(fake, options, host, settings))
+        guard = fake.guard()
+        master = guard.keyring.master if guard is not None else None
+        token = token_for(guard.keyring, "partner") if guard is not None else None
+        gateway = Gateway(fake, host, app, master, token)
+        try:
+            await scenario(fake, gateway)
+        finally:
+            for _, task in gateway.runners:
+                task.cancel()
+
+    security = None if signed is None else SecurityConfig(
+        sign=True, keyring=resolve_keyring(signed / "keyring.json", create=True))
+    run(main, security=security)
+
+
+# -- joining, being found, answering -------------------------------------------------------------
+
+
+def test_a_remote_agent_is_registered_found_by_capability_and_description_and_answers(
+        tmp_path: Path) -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        runner, _ = await gw.connect("calc-1")
+        record = await fake.registry().lookup("calc-1")
+        assert (record.host, record.status) == (HOST, AgentStatus.ONLINE)
+        found = await rt.client.discover("math", text="whole numbers")
+        assert [r.agent_id for r in found] == ["calc-1"]
+        reply = await rt.client.request("calc-1", Add(a=2, b=3))
+        assert reply.value == Sum(total=5, by="calc-1")
+        by_cap = await rt.client.request_capability("math.add", Add(a=1, b=1))
+        assert by_cap.envelope.sender == "calc-1"
+        described = await gw.host.describe(["calc-1"])
+        assert {h["schema"] for h in described["calc-1"]} == {
+            "unit.add@1.0", "unit.count@1.0", "unit.relay@1.0"}
+        assert runner.handled == 2
+
+    on_channel(scenario, signed=tmp_path)
+
+
+def test_a_remote_agent_streams_a_reply_in_order() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await gw.connect("calc-1")
+        ticks = [r.value.n async for r in rt.client.stream("calc-1", Count(upto=5))]
+        assert ticks == [1, 2, 3, 4, 5]
+
+    on_channel(scenario)
+
+
+def test_a_remote_agents_errors_reach_the_caller_typed() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await gw.connect("calc-1")
+        with pytest.raises(reach.ReachError, match="asked to fail") as caught:
+            await rt.client.request("calc-1", Add(a=1, b=1, fail="degradable"))
+        assert caught.value.severity is Severity.DEGRADABLE
+        with pytest.raises(RequestTimeout):
+            await rt.client.request("calc-1", Add(a=1, b=1, sleep_s=60), timeout_ms=2000)
+
+    on_channel(scenario)
+
+
+def test_a_remote_agent_calls_an_agent_of_the_cluster_by_capability(tmp_path: Path) -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Adder, "adder-1", placement=reach.Packed())
+        await gw.connect("calc-1")
+        reply = await rt.client.request("calc-1", Relay(capability="inner.add", a=4, b=5))
+        assert reply.value == Sum(total=9, by="adder-1")
+        audit = await gw.audit("calc-1")
+        assert any(r["caller"].startswith("driver:") and r["outcome"] == "ok" for r in audit)
+
+    on_channel(scenario, signed=tmp_path)
+
+
+def test_a_remote_agent_calls_another_remote_agent_by_capability() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await gw.connect("calc-1")
+        await gw.connect("adder-remote", Adder())
+        reply = await rt.client.request("calc-1", Relay(capability="inner.add", a=1, b=2))
+        assert reply.value == Sum(total=3, by="adder-remote")
+
+    on_channel(scenario)
+
+
+# -- disconnects, restarts, death --------------------------------------------------------------
+
+
+def test_a_caller_waits_for_a_disconnected_agent_and_its_request_is_resent_on_reconnect() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        first, sock = await gw.connect("calc-1")
+        epoch = (await fake.registry().lookup("calc-1")).epoch
+        call = asyncio.ensure_future(rt.client.request("calc-1", Add(a=2, b=2, sleep_s=5)))
+        await eventually(lambda: _true(bool(first._running)))
+        gw.kill(first)
+        await sock.drop()
+        await asyncio.sleep(2.0)  # the caller waits (virtual time)
+        assert not call.done()
+        second, _ = await gw.connect("calc-1", Calculator())
+        reply = await call
+        assert reply.value == Sum(total=4, by="calc-1")
+        assert second.handled == 1  # the resent request, run by the new incarnation
+        assert second.epoch == (await fake.registry().lookup("calc-1")).epoch == epoch + 1
+
+    on_channel(scenario)
+
+
+def test_a_send_while_disconnected_waits_up_to_its_deadline_then_fails_retryable() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        first, sock = await gw.connect("calc-1")
+        gw.kill(first)
+        await sock.drop()
+        started = clock.monotonic()
+        with pytest.raises(RequestTimeout) as caught:
+            await rt.client.request("calc-1", Add(a=1, b=1), timeout_ms=3000)
+        assert caught.value.severity is Severity.RETRYABLE
+        assert clock.monotonic() - started == pytest.approx(3.0, abs=0.1)
+
+    on_channel(scenario, grace_s=10.0)
+
+
+def test_an_agent_not_back_within_the_grace_period_is_dead_to_its_watchers() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        first, sock = await gw.connect("calc-1")
+        watch = asyncio.ensure_future(gw.host.watch_agent("calc-1"))
+        call = asyncio.ensure_future(rt.client.request("calc-1", Add(a=1, b=1, sleep_s=60),
+                                                       timeout_ms=60_000))
+        await eventually(lambda: _true(bool(first._running)))
+        gw.kill(first)
+        await sock.drop()
+        gone = clock.monotonic()
+        exit_ = await watch
+        assert not exit_.normal
+        assert "not back within 5 s" in exit_.reason
+        assert clock.monotonic() - gone == pytest.approx(5.0, abs=0.1)
+        with pytest.raises(AgentUnavailable):
+            await call
+        assert await fake.registry().lookup("calc-1") is None
+        again, _ = await gw.connect("calc-1")  # a later hello registers it anew
+        assert again.epoch > first.epoch
+
+    on_channel(scenario)
+
+
+def test_goodbye_is_a_normal_exit_at_once() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        runner, sock = await gw.connect("calc-1")
+        watch = asyncio.ensure_future(gw.host.watch_agent("calc-1"))
+        await runner.goodbye("done for today")
+        exit_ = await watch
+        assert exit_.normal
+        assert "done for today" in exit_.reason
+        assert await fake.registry().lookup("calc-1") is None
+        assert sock.closed is not None
+        assert sock.closed[0] == CloseCode.NORMAL
+
+    on_channel(scenario)
+
+
+def test_past_its_queue_a_disconnected_agents_senders_get_a_retryable_error() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        first, sock = await gw.connect("calc-1")
+        gw.kill(first)
+        await sock.drop()
+        calls = [asyncio.ensure_future(rt.client.request("calc-1", Add(a=i, b=0),
+                                                         timeout_ms=20_000))
+                 for i in range(5)]
+        await asyncio.wait(calls, timeout=1.0)
+        refused = [c.exception() for c in calls if c.done()]
+        assert len(refused) == 2
+        assert all(isinstance(e, AgentUnavailable) and e.details["reason"] == "queue_full"
+                   for e in refused)
+        waiting = [c for c in calls if not c.done()]
+        await gw.connect("calc-1")  # the queued three are delivered on reconnect
+        replies = await asyncio.gather(*waiting)
+        assert sorted(r.value.total for r in replies) == [0, 1, 2]
+
+    on_channel(scenario, queue_limit=3)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+async def _refused(gw: Gateway, frames: list[str], token: str | None = None) -> tuple[int, str]:
+    sock = gw.socket(token)
+    for frame in frames:
+        await sock.send(frame)
+    return await sock.closed_with()
+
+
+def _hello(gw: Gateway, agent_id: str, secret: bytes | None = None, **changes: Any) -> str:
+    frame = make_hello(agent_id, Declaration(capabilities=("math.add",)),
+                       secret or gw.secret(agent_id) or b"k" * 32,
+                       now_ms=round(clock.now() * 1000), nonce=changes.pop("nonce", "cd" * 16))
+    frame.update(changes)
+    return json.dumps(frame)
+
+
+def test_bad_input_closes_with_a_clear_code_is_audited_and_harms_no_one(tmp_path: Path) -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await gw.connect("calc-1")
+        forged = agent_secret(b"\x07" * 32, "spy-1")
+        cases = {
+            "forged": ([_hello(gw, "spy-1", forged)], None),
+            "malformed": (["{not json"], None),
+            "first_not_hello": (['{"type":"heartbeat"}'], None),
+            "online": ([_hello(gw, "calc-1", nonce="ef" * 16)], None),
+            "oversize": ([_hello(gw, "big-1", nonce="01" * 16),
+                          json.dumps({"type": "heartbeat", "pad": "x" * 5000})], None),
+            "after_goodbye": ([_hello(gw, "bye-1", nonce="02" * 16),
+                               '{"type":"goodbye"}', '{"type":"heartbeat"}'], None),
+            "no_token": ([_hello(gw, "anon-1", nonce="03" * 16)], "nobody.00"),
+        }
+        closes = {}
+        for name, (frames, token) in cases.items():
+            closes[name] = await _refused(gw, frames, token)
+        codes = {name: code for name, (code, _) in closes.items()}
+        assert codes == {
+            "forged": CloseCode.BAD_SIGNATURE, "malformed": CloseCode.MALFORMED,
+            "first_not_hello": CloseCode.MALFORMED, "online": CloseCode.ALREADY_ONLINE,
+            "oversize": CloseCode.TOO_LARGE, "after_goodbye": CloseCode.AFTER_GOODBYE,
+            "no_token": CloseCode.UNAUTHORIZED}
+        assert closes["forged"][1].startswith("bad_signature: ")
+        assert closes["oversize"][1].startswith("frame_size: ")
+        # the agent online all along answers, as does the one that said goodbye, anew
+        assert (await rt.client.request("calc-1", Add(a=1, b=2))).value.total == 3
+        refusals = {r["outcome"] for r in await gw.audit("spy-1")}
+        assert refusals == {"refused: bad_signature"}
+        assert "refused: frame_size" in {r["outcome"] for r in await gw.audit("big-1")}
+        assert "refused: after_goodbye" in {r["outcome"] for r in await gw.audit("bye-1")}
+        assert "refused: already_online" in {r["outcome"] for r in await gw.audit("calc-1")}
+        assert await fake.registry().lookup("spy-1") is None
+
+    on_channel(scenario, signed=tmp_path)
+
+
+def test_a_replayed_hello_is_refused_even_once_the_agent_left(tmp_path: Path) -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        hello = _hello(gw, "calc-9", nonce="99" * 16)
+        sock = gw.socket()
+        await sock.send(hello)
+        assert (await sock.recv_json())["type"] == "welcome"
+        await sock.send('{"type":"goodbye"}')
+        await sock.closed_with()
+        code, reason = await _refused(gw, [hello])
+        assert code == CloseCode.BAD_SIGNATURE
+        assert reason.startswith("replayed_nonce")
+
+    on_channel(scenario, signed=tmp_path)
+
+
+def test_a_socket_that_says_nothing_is_closed_after_the_hello_timeout() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        code, reason = await _refused(gw, [])
+        assert code == CloseCode.HELLO_TIMEOUT
+        assert reason.startswith("hello_timeout")
+
+    on_channel(scenario)
+
+
+def test_an_invalid_envelope_is_refused_alone_and_the_connection_stays() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        sock = gw.socket()
+        await sock.send(_hello(gw, "raw-1"))
+        assert (await sock.recv_json())["type"] == "welcome"
+        await sock.send(json.dumps({"type": "batch", "envelopes": [
+            {"msg_id": "m1", "msg_type": "request", "sender": "raw-1", "receiver": "x",
+             "payload_schema": "a.b@1.0"},
+            {"msg_id": "m2", "msg_type": "notification", "sender": "someone-else",
+             "receiver": "x", "payload_schema": "a.b@1.0"}]}))
+        errors = [await sock.recv_json(), await sock.recv_json()]
+        assert [(e["type"], e["msg_id"]) for e in errors] == [("error", "m1"), ("error", "m2")]
+        assert "timeout_ms" in errors[0]["message"]
+        assert "sender" in errors[1]["message"]
+        call = asyncio.ensure_future(rt.client.request("raw-1", Add(a=1, b=1)))
+        frame = await sock.recv_json()
+        request = frame["envelope"]
+        await sock.send(json.dumps({"type": "envelope", "envelope": {
+            "msg_type": "response", "sender": "raw-1", "receiver": request["sender"],
+            "request_id": request["msg_id"], "payload": {"total": 2, "by": "raw-1"},
+            "payload_schema": "unit.sum@1.0"}}))
+        assert (await call).value == Sum(total=2, by="raw-1")
+
+    on_channel(scenario)
+
+
+def test_a_remote_host_refuses_to_spawn_agents() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        with pytest.raises(reach.ConfigError, match="remote agents only"):
+            await gw.host.add_agents(Calculator, ["c-1"], (), {})
+
+    on_channel(scenario)
