@@ -37,8 +37,9 @@ STALE_WAIT_S = 0.5
 #: Longest long poll of the registry for an agent marked restarting (asked again until the
 #: caller's deadline).
 RESTART_WAIT_S = 2.0
-#: Time kept, of the caller's budget, for the call that follows a lookup.
-LOOKUP_MARGIN_S = 0.005
+#: Time a long poll leaves of the caller's budget: for the registry's answer to come back (and
+#: the request to follow) before the deadline.
+LOOKUP_MARGIN_S = 0.05
 #: How a notification waits for a restarting agent before it becomes a dead letter.
 NOTIFY_HOLD_S = 5.0
 
