@@ -442,11 +442,36 @@ def is_initialized() -> bool:
 SERVE_HAPROXY = "RAY_SERVE_ENABLE_HA_PROXY"
 
 
+#: The ports Serve's HAProxy binds besides the gateway's (its stats and metrics), and their
+#: defaults: fixed ports, so a second local Ray's would clash with the first's.
+SERVE_HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": 8404, "RAY_SERVE_HAPROXY_METRICS_PORT": 9101}
+
+
+def serve_environment() -> None:
+    """Sets, where the environment does not, what a Ray started from this process gives Ray
+    Serve: the HAProxy ingress, its stats and metrics on the first free ports from their
+    defaults (not ports the OS picks: Ray's own processes may take one before HAProxy binds)."""
+    os.environ.setdefault(SERVE_HAPROXY, "1")
+    for setting, default in SERVE_HAPROXY_PORTS.items():
+        if setting not in os.environ:
+            os.environ[setting] = str(next(
+                (p for p in range(default, default + 200) if _port_free(p)), default))
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+        return True
+
+
 def start(address: str, runtime_env: dict[str, Any], **kwargs: Any) -> None:
     """Starts (``address="local"``) or joins Ray, in reach's namespace. A local Ray gets Serve's
-    HAProxy ingress (:data:`SERVE_HAPROXY`) unless the environment says otherwise."""
+    HAProxy ingress (:func:`serve_environment`) unless the environment says otherwise."""
     if address == "local":
-        os.environ.setdefault(SERVE_HAPROXY, "1")
+        serve_environment()
     ray.init(address=address, namespace=NAMESPACE, runtime_env=runtime_env, **kwargs)
 
 

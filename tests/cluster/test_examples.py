@@ -182,3 +182,32 @@ def test_the_examples_join_a_running_two_node_cluster_and_run_again_on_it(
                 assert "Connecting to existing Ray cluster" in done.stderr
     finally:
         cluster.shutdown()
+
+
+A2A_ANSWER = re.compile(r"^  A2A client -> router-1 -> (\S+) via (\S+)\s+trace=([0-9a-f]+)$")
+
+
+@pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None,
+                    reason="the A2A example runs the Node refund agent: node and npm are needed "
+                           "(Node 20 or later on the PATH)")
+def test_a2a_customer_service_is_asked_from_outside_and_refunds_go_to_the_node_agent(
+    tmp_path: Path, ray_tmp: Path
+) -> None:
+    # Serve's HAProxy ports: reach.init picks free ones (another local Serve may hold the
+    # defaults); this test's environment leaves them to it.
+    done = run_example("a2a_customer_service", cwd=tmp_path, ray_tmp=ray_tmp)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == f"answered {len(QUESTIONS)}/{len(QUESTIONS)}"
+    answers = [m.groups() for line in lines if (m := A2A_ANSWER.search(line))]
+    assert [capability for _, capability, _ in answers] == [classify(q.text) for q in QUESTIONS]
+    for agent, capability, _ in answers:
+        assert (agent == "node-refunds") == (capability == "refund.request"), agent
+    refunds = [line for line in lines if line.startswith("  node-refunds: ")]
+    assert len(refunds) == sum(classify(q.text) == "refund.request" for q in QUESTIONS)
+    assert all(re.match(r"  node-refunds: Refund of [\d.]+ for order [A-Z]-\d{4} issued\.", line)
+               for line in refunds), refunds  # the Node agent's words, not reach's RefundAgent
+    assert len({trace for _, _, trace in answers}) == len(QUESTIONS)
+    for q in QUESTIONS:
+        assert f"[{q.customer}] {q.text}" in lines
+    assert_ray_stopped(ray_tmp)

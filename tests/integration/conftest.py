@@ -28,7 +28,9 @@ def cluster() -> Iterator[Any]:
     import ray
     from ray.cluster_utils import Cluster
 
-    os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")  # as reach.init's own local Ray
+    from reach import _ray
+
+    _ray.serve_environment()  # Serve's HAProxy ingress, as reach.init's own local Ray has
     c = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "resources": {"node_a": 1000}, "include_dashboard": False})
     c.add_node(num_cpus=2, resources={"node_b": 1000})
