@@ -602,3 +602,51 @@ def test_cancel_task_cancels_a_running_stream() -> None:
         await eventually(lambda: _true(not host.runners["teller"].inflight))
 
     on_gateway(scenario, auth=False)
+
+
+def test_a_quick_blocking_send_is_written_once_already_finished() -> None:
+    async def scenario(fake: FakeCluster, client: httpx.AsyncClient) -> None:
+        server: GatewayServer = fake.gateways["reach-gateway"]
+        saves: list[str] = []
+        inner = server.store.inner.save
+
+        async def counted(task: Any, context: Any) -> None:
+            saves.append(task.status.state)
+            await inner(task, context)
+
+        server.store.inner.save = counted  # type: ignore[method-assign]
+        done = (await rpc(client, send(order(3))))["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert done["artifacts"][0]["parts"][0]["data"] == {"order_id": 3, "status": "shipped"}
+        assert len(saves) == 1  # no SUBMITTED or WORKING write before the final one
+        got = (await rpc(client, call("GetTask", id=done["id"])))["result"]
+        assert got["status"]["state"] == "TASK_STATE_COMPLETED"
+
+    on_gateway(scenario, auth=False)
+
+
+def test_a_slow_blocking_send_is_written_working_and_can_be_got_and_cancelled_meanwhile(
+) -> None:
+    async def scenario(fake: FakeCluster, client: httpx.AsyncClient) -> None:
+        waiting = asyncio.ensure_future(rpc(client, send(order(11, sleep_s=60))))
+
+        async def announced() -> dict[str, Any] | None:  # written WORKING after a second
+            tasks = (await rpc(client, call("ListTasks")))["result"].get("tasks", [])
+            return tasks[0] if tasks else None
+
+        task = await eventually(announced)
+        assert task["status"]["state"] == "TASK_STATE_WORKING"
+        assert not waiting.done()  # the caller still waits for the end
+        got = (await rpc(client, call("GetTask", id=task["id"])))["result"]
+        assert got["status"]["state"] == "TASK_STATE_WORKING"
+        cancelled = (await rpc(client, call("CancelTask", id=task["id"])))["result"]
+        assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+        assert cancelled["metadata"]["reach"]["cancelled"] is True
+        answered = (await waiting)["result"]["task"]
+        assert (answered["id"], answered["status"]["state"]) == (task["id"],
+                                                                 "TASK_STATE_CANCELED")
+        await eventually(lambda: _true(Orders.cancelled == [11]))
+        again = await rpc(client, call("CancelTask", id=task["id"]))
+        assert again["error"]["code"] == -32002
+
+    on_gateway(scenario, auth=False)
