@@ -294,8 +294,18 @@ class RayCluster:
         running = _get_global_client(raise_if_no_controller_running=False)
         if running is None:
             port = options.port or DEFAULT_PORT
-            serve.start(proxy_location=options.proxy_location,
-                        http_options={"host": options.host, "port": port})
+            if options.host in ("127.0.0.1", "0.0.0.0", "localhost") and not _port_free(port):
+                raise ConfigError(f"port {port} is in use on this machine: the gateway's HTTP "
+                                  "proxy cannot listen there",
+                                  suggestion="start the gateway with another port",
+                                  details={"setting": "port", "port": port})
+            try:
+                serve.start(proxy_location=options.proxy_location,
+                            http_options={"host": options.host, "port": port})
+            except (RayError, RuntimeError) as exc:
+                raise ConfigError(f"Ray Serve's HTTP proxy did not start on port {port}: "
+                                  f"{str(exc).strip().splitlines()[-1]}",
+                                  details={"setting": "port", "port": port}) from exc
         else:  # one HTTP proxy per cluster: its port and address are settled
             port = int(running.http_config.port)
             if options.port not in (None, port):
