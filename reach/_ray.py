@@ -294,7 +294,7 @@ class RayCluster:
         running = _get_global_client(raise_if_no_controller_running=False)
         if running is None:
             port = options.port or DEFAULT_PORT
-            if options.host in ("127.0.0.1", "0.0.0.0", "localhost") and not _port_free(port):
+            if _STARTED_LOCAL and not _port_free(port):  # the proxy would listen here
                 raise ConfigError(f"port {port} is in use on this machine: the gateway's HTTP "
                                   "proxy cannot listen there",
                                   suggestion="start the gateway with another port",
@@ -457,6 +457,10 @@ SERVE_HAPROXY = "RAY_SERVE_ENABLE_HA_PROXY"
 SERVE_HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": 8404, "RAY_SERVE_HAPROXY_METRICS_PORT": 9101}
 
 
+#: This process started the (local) Ray it runs on: Serve's proxy listens on this machine.
+_STARTED_LOCAL = False
+
+
 def serve_environment() -> None:
     """Sets, where the environment does not, what a Ray started from this process gives Ray
     Serve: the HAProxy ingress, its stats and metrics on the first free ports from their
@@ -480,8 +484,10 @@ def _port_free(port: int) -> bool:
 def start(address: str, runtime_env: dict[str, Any], **kwargs: Any) -> None:
     """Starts (``address="local"``) or joins Ray, in reach's namespace. A local Ray gets Serve's
     HAProxy ingress (:func:`serve_environment`) unless the environment says otherwise."""
+    global _STARTED_LOCAL  # noqa: PLW0603 - one Ray per process
     if address == "local":
         serve_environment()
+        _STARTED_LOCAL = True
     ray.init(address=address, namespace=NAMESPACE, runtime_env=runtime_env, **kwargs)
 
 
