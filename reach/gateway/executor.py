@@ -35,7 +35,9 @@ cancelled      ``TASK_STATE_CANCELED`` (also a handler cancelled under the trace
 =============  =====================================================================
 
 Every task's metadata has ``reach.trace_id`` (its ID), ``reach.target`` (the agent ID, or
-the capability), and once ended ``reach.attempts``.
+the capability), ``reach.replica`` (the replica running it), and once ended ``reach.attempts``.
+A task left unfinished by a replica that died is ended FAILED (retryable) by the replica that
+next reads it (see :class:`reach.gateway.handler.ReachRequestHandler`).
 """
 
 from __future__ import annotations
@@ -125,13 +127,16 @@ class ReachExecutor(AgentExecutor):
         rng: Random generator for backoff jitter.
         audit: Records each task decision in the audit log, if given.
         announce_after_s: See :data:`ANNOUNCE_AFTER_S`.
+        replica: This replica's name (its reply inbox), written into every task's metadata
+            (``reach.replica``): a task whose replica died is known as such by the others.
     """
 
     def __init__(self, link: Link, options: GatewayOptions,
                  cancel_trace: Callable[[str, str], Awaitable[None]], *,
                  policy: TaskPolicy | None = None, rng: random.Random | None = None,
                  audit: Callable[[dict[str, Any]], None] | None = None,
-                 announce_after_s: float = ANNOUNCE_AFTER_S) -> None:
+                 announce_after_s: float = ANNOUNCE_AFTER_S, replica: str = "") -> None:
+        self.replica = replica
         self._link = link
         self._options = options
         self._cancel_trace = cancel_trace
@@ -259,10 +264,9 @@ class ReachExecutor(AgentExecutor):
         await asyncio.gather(job.worker, return_exceptions=True)
         await self._cancel_trace(task_id, reason)
 
-    @staticmethod
-    def _base(plan: Plan, task_id: str) -> dict[str, Any]:
-        return {"trace_id": task_id, "target": plan.target,
-                "by_capability": plan.by_capability, "schema": plan.call.schema}
+    def _base(self, plan: Plan, task_id: str) -> dict[str, Any]:
+        return {"trace_id": task_id, "target": plan.target, "by_capability": plan.by_capability,
+                "schema": plan.call.schema, "replica": self.replica}
 
     async def _work(self, plan: Plan, task_id: str, events: TaskEvents,
                     runner: TaskRunner | None) -> None:

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from a2a.auth.user import User
@@ -31,13 +31,18 @@ from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.tasks import TaskManager, TaskStore
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
+    GetTaskRequest,
     ListTasksRequest,
     ListTasksResponse,
     Message,
+    Part,
+    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
     InvalidParamsError,
@@ -55,6 +60,7 @@ from reach.gateway._proto import to_python
 from reach.gateway.cards import CAPABILITY_KEY
 from reach.gateway.catalog import Catalog
 from reach.gateway.errors import to_a2a
+from reach.gateway.events import timestamp
 from reach.gateway.executor import PLAN_KEY, Plan, ReachExecutor
 from reach.gateway.parts import read_message
 from reach.protocol import new_id
@@ -65,6 +71,8 @@ PRINCIPAL_SCOPE_KEY = "reach.principal"
 AGENT_KEY = "reach.agent"
 #: How often a subscription to a task of another replica reads it from the shared store.
 FOLLOW_EVERY_S = 0.5
+#: How long an answer about another replica's liveness is kept.
+LIVENESS_TTL_S = 5.0
 #: Fresh task IDs a replica remembers (a request refused after its ID was made leaves one).
 MAX_FRESH = 100_000
 
@@ -182,7 +190,8 @@ class ReachRequestHandler(DefaultRequestHandler):
     """
 
     def __init__(self, executor: ReachExecutor, task_store: FreshFirstStore, card: Any,
-                 planner: Planner, *, follow_s: float) -> None:
+                 planner: Planner, *, follow_s: float,
+                 alive: Callable[[str], Awaitable[bool]] | None = None) -> None:
         from a2a.server.agent_execution import SimpleRequestContextBuilder
 
         super().__init__(executor, task_store, card,
@@ -192,6 +201,9 @@ class ReachRequestHandler(DefaultRequestHandler):
         self._store = task_store
         self._planner = planner
         self._follow_s = follow_s
+        self._alive = alive
+        # replica name -> (alive, until when that answer holds)
+        self._liveness: dict[str, tuple[bool, float]] = {}
 
     async def on_message_send(self, params: SendMessageRequest,
                               context: ServerCallContext) -> Message | Task:
@@ -255,11 +267,54 @@ class ReachRequestHandler(DefaultRequestHandler):
             latest: Task | None = await self._store.get(task_id, context)
             if latest is None:
                 return
+            latest = await self._orphan_ended(latest, context) or latest
             if latest != task:
                 task = latest
                 yield task
             if task.status.state in TERMINAL_TASK_STATES:
                 return
+
+    async def on_get_task(self, params: GetTaskRequest,
+                          context: ServerCallContext) -> Task | None:
+        """The task (see the SDK's handler); one left unfinished by a replica that died is
+        ended FAILED first (retryable: send the message again)."""
+        task: Task | None = await super().on_get_task(params, context)
+        if task is None:
+            return None
+        ended = await self._orphan_ended(task, context)
+        return task if ended is None else apply_history_length(ended, params)
+
+    async def _orphan_ended(self, task: Task, context: ServerCallContext) -> Task | None:
+        """Ends ``task`` FAILED if the replica running it died; returns it so (else None)."""
+        if task.status.state in TERMINAL_TASK_STATES or self._executor.runs(task.id):
+            return None
+        reach = to_python(task.metadata).get("reach", {}) if task.HasField("metadata") else {}
+        replica = reach.get("replica")
+        if (not isinstance(replica, str) or not replica or replica == self._executor.replica
+                or self._alive is None or await self._replica_alive(replica)):
+            return None
+        why = f"the gateway replica running this task ({replica}) died before it ended"
+        manager = TaskManager(self._store, context, task.id, task.context_id, None)
+        await manager.get_task()
+        await manager.process(TaskStatusUpdateEvent(
+            task_id=task.id, context_id=task.context_id,
+            status=TaskStatus(state=TaskState.TASK_STATE_FAILED, timestamp=timestamp(),
+                              message=Message(message_id=new_id(), role=Role.ROLE_AGENT,
+                                              parts=[Part(text=why)])),
+            metadata={"reach": {**reach, "error": {
+                "code": "agent_unavailable", "severity": "retryable", "message": why,
+                "suggestion": "send the message again"}}}))
+        return await manager.get_task()
+
+    async def _replica_alive(self, replica: str) -> bool:
+        known = self._liveness.get(replica)
+        now = clock.monotonic()
+        if known is not None and known[1] > now:
+            return known[0]
+        assert self._alive is not None
+        alive = await self._alive(replica)
+        self._liveness[replica] = (alive, now + LIVENESS_TTL_S)
+        return alive
 
     async def on_cancel_task(self, params: CancelTaskRequest,
                              context: ServerCallContext) -> Task | None:

@@ -68,6 +68,8 @@ log = logging.getLogger("reach.gateway")
 #: How long past a task's budget a subscription from another replica keeps following it (its
 #: replica may be writing its end).
 FOLLOW_GRACE_S = 5.0
+#: How long a probe of another replica's liveness waits (a live one's watch never ends).
+LIVENESS_PROBE_S = 0.3
 
 
 class GatewayServer:
@@ -101,10 +103,12 @@ class GatewayServer:
         self.catalog = Catalog(cluster.registry(), cluster.host)
         self.trail = AuditTrail(cluster)
         self.executor = ReachExecutor(self.runtime.link, options, self._cancel_trace,
-                                      audit=self._audit)
+                                      audit=self._audit,
+                                      replica=f"{INBOX_PREFIX}{self.runtime.driver_id}")
         self.store = FreshFirstStore(shared_task_store(cluster))
         self.handler = ReachRequestHandler(self.executor, self.store, self._sdk_card(),
                                            Planner(self.catalog, self.runtime.link),
+                                           alive=self._replica_alive,
                                            follow_s=options.timeout_ms / 1000 + FOLLOW_GRACE_S)
         # The host of the remote agents that connect through this replica (their WebSockets).
         self._channel = ChannelOptions()
@@ -192,6 +196,17 @@ class GatewayServer:
             failure = None if self._watch.cancelled() else self._watch.exception()
             raise AgentUnavailable(f"this gateway replica's reply inbox is gone: {failure}",
                                    suggestion="the replica is restarted by Ray Serve")
+
+    async def _replica_alive(self, name: str) -> bool:
+        """Whether the gateway replica called ``name`` (its reply inbox) lives: a watch of a
+        live endpoint does not end; a dead or unknown one's ends (or fails) at once."""
+        try:
+            await asyncio.wait_for(self.cluster.endpoint(name).watch(), LIVENESS_PROBE_S)
+        except TimeoutError:
+            return True
+        except ReachError:
+            return False
+        return False
 
     async def close(self) -> None:
         """Drains the running tasks, lets what was sent leave, and stops receiving (safe after a

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
+from a2a.types.a2a_pb2 import TaskState
 from pydantic import BaseModel
 
 import reach
@@ -532,6 +533,16 @@ def test_health_fails_once_the_replicas_inbox_is_gone() -> None:
     run(scenario)
 
 
+def _anonymous() -> Any:
+    """The call context of an unauthenticated caller (a gateway without auth)."""
+    from a2a.server.context import ServerCallContext
+
+    from reach.gateway.auth import ANONYMOUS
+    from reach.gateway.handler import Caller
+
+    return ServerCallContext(user=Caller(ANONYMOUS))
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -650,3 +661,47 @@ def test_a_slow_blocking_send_is_written_working_and_can_be_got_and_cancelled_me
         assert again["error"]["code"] == -32002
 
     on_gateway(scenario, auth=False)
+
+
+def test_a_task_whose_replica_died_is_ended_failed_by_the_replica_that_reads_it_next() -> None:
+    async def main(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Orders, "orders-1", placement=reach.Packed())
+        servers = []
+        for name in ("gw-a", "gw-b"):
+            fake.start_gateway(GatewayOptions(auth=False, name=name))
+            servers.append(fake.gateways[name])
+        a, b = (httpx.AsyncClient(transport=httpx.ASGITransport(s.app), base_url="http://gw",
+                                  headers=V1) for s in servers)
+        async with a, b:
+            waiting = asyncio.ensure_future(rpc(a, send(order(12, sleep_s=600))))
+
+            async def announced() -> dict[str, Any] | None:
+                tasks = (await rpc(b, call("ListTasks")))["result"].get("tasks", [])
+                return tasks[0] if tasks else None
+
+            task = await eventually(announced)
+            assert task["metadata"]["reach"]["replica"] == servers[0].executor.replica
+            alive = (await rpc(b, call("GetTask", id=task["id"])))["result"]
+            assert alive["status"]["state"] == "TASK_STATE_WORKING"  # its replica lives
+
+            # Replica a's process dies: its inbox goes, and its call stops where it is (here it
+            # is cancelled, so that nothing of a writes to the task again, as a dead one could not).
+            fake.crash(servers[0].executor.replica)
+            waiting.cancel()
+            await asyncio.sleep(10)  # past the liveness answer b keeps
+            still = await servers[1].store.get(task["id"], _anonymous())
+            assert still is not None
+            assert still.status.state == TaskState.TASK_STATE_WORKING  # nobody ended it yet
+            ended = (await rpc(b, call("GetTask", id=task["id"])))["result"]
+            assert ended["status"]["state"] == "TASK_STATE_FAILED"
+            assert ended["metadata"]["reach"]["error"]["severity"] == "retryable"
+            said = ended["status"]["message"]["parts"][0]["text"]
+            assert "the gateway replica running this task" in said
+            again = (await rpc(b, call("GetTask", id=task["id"])))["result"]
+            assert again["status"]["state"] == "TASK_STATE_FAILED"  # written, not recomputed
+        for server in servers:
+            await server.close()
+
+    Orders.cancelled.clear()
+    run(main)
