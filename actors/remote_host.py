@@ -35,7 +35,7 @@ from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
 from reach import clock
 from reach._runtime.names import is_endpoint
-from reach._runtime.runner import ReplySink
+from reach._runtime.runner import ReplySink, refuse
 from reach.agent import Agent, reads_text
 from reach.client import Client
 from reach.cluster import CallLimits, Cluster
@@ -140,13 +140,7 @@ class RemoteRunner:
         self.wake.set()
 
     def _refuse(self, env: Envelope, send: Any, exc: ReachError) -> None:
-        if self.audit is not None:
-            self.audit(env, f"error: {exc.code}")
-        if env.msg_type is MsgType.REQUEST:
-            send(env.fail(exc, sender=self.agent.id))
-        else:
-            log.warning("refused %s %s for %s: %s", env.msg_type.value, env.msg_id,
-                        self.agent.id, exc)
+        refuse(env, send, exc, self.agent.id, self.audit)
 
     def take(self) -> list[dict[str, Any]]:
         """Removes and returns what is queued (up to a frame's worth), dropping requests whose

@@ -23,7 +23,7 @@ from reach._runtime.directory import Directory
 from reach._runtime.metrics import metrics
 from reach._runtime.names import POOL_PREFIX, is_dedicated, supervisor_name
 from reach._runtime.spawner import Spawner
-from reach._runtime.tasks import TaskRunner, TaskSpec
+from reach._runtime.tasks import TaskRunner, TaskSpec, cancel_trace_everywhere
 from reach._runtime.transport import Transport
 from reach.agent import Dedicated
 from reach.client import Link
@@ -385,14 +385,7 @@ class Supervisor:
         return await self.tasks.cancel(task_id)
 
     async def _cancel_trace(self, trace_id: str, reason: str) -> None:
-        hosts = await self.registry.hosts()
-        calls = []
-        for name in hosts:
-            try:
-                calls.append(self.cluster.host(name).cancel_trace(trace_id, reason))
-            except ReachError:  # a host that is gone runs nothing to cancel
-                continue
-        await asyncio.gather(*calls, return_exceptions=True)
+        await cancel_trace_everywhere(self.cluster, trace_id, reason)
 
     # -- endpoint and status -------------------------------------------------------------------
 

@@ -143,13 +143,7 @@ class AgentRunner:
         return len(hit)
 
     def _refuse(self, env: Envelope, send: Callable[[Envelope], None], exc: ReachError) -> None:
-        if self.audit is not None:
-            self.audit(env, f"error: {exc.code}")
-        if env.msg_type is MsgType.REQUEST:
-            send(env.fail(exc, sender=self.agent.id))
-        else:
-            log.warning("refused %s %s from %s: %s (trace %s)", env.msg_type.value, env.msg_id,
-                        env.sender, exc, env.trace_id)
+        refuse(env, send, exc, self.agent.id, self.audit)
 
     async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink) -> None:
         self.inflight += 1
@@ -316,3 +310,15 @@ class AgentRunner:
         except Exception:
             log.exception("on_stop of %s raised", self.agent.id)
 
+
+def refuse(env: Envelope, send: Callable[[Envelope], None], exc: ReachError, agent_id: str,
+           audit: Callable[[Envelope, str], None] | None) -> None:
+    """Refuses an envelope for ``agent_id``: audited, a request answered with the error, anything
+    else logged (nobody waits for it)."""
+    if audit is not None:
+        audit(env, f"error: {exc.code}")
+    if env.msg_type is MsgType.REQUEST:
+        send(env.fail(exc, sender=agent_id))
+    else:
+        log.warning("refused %s %s from %s: %s (trace %s)", env.msg_type.value, env.msg_id,
+                    env.sender, exc, env.trace_id)

@@ -29,6 +29,7 @@ from policies.tasks import (
 from reach import clock
 from reach._runtime.metrics import FLUSH_S, metrics
 from reach.client import Client, Link
+from reach.cluster import Cluster
 from reach.errors import (
     ErrorInfo,
     InvalidTransition,
@@ -102,6 +103,18 @@ class TaskRecord:
         return TaskResult(self.task_id, self.state, self.value, self.partial, self.error,
                           tuple(self.attempts), self.submitted,
                           self.finished)
+
+
+async def cancel_trace_everywhere(cluster: Cluster, trace_id: str, reason: str) -> None:
+    """Cancels every running handler of a trace on every live host (what a task's owner does
+    when it aborts or cancels a task: the supervisor, a gateway replica)."""
+    calls = []
+    for name in await cluster.registry().hosts():
+        try:
+            calls.append(cluster.host(name).cancel_trace(trace_id, reason))
+        except ReachError:  # a host that is gone runs nothing to cancel
+            continue
+    await asyncio.gather(*calls, return_exceptions=True)
 
 
 class TaskRunner:

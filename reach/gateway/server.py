@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reach import __version__
 from reach._runtime.names import INBOX_PREFIX, REMOTE_PREFIX
+from reach._runtime.tasks import cancel_trace_everywhere
 from reach.cluster import CallLimits, Cluster
 from reach.errors import AgentUnavailable, ConfigError, ReachError
 from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
@@ -168,14 +169,7 @@ class GatewayServer:
 
     async def _cancel_trace(self, trace_id: str, reason: str) -> None:
         """Cancels every handler of a trace on every live host."""
-        hosts = await self.cluster.registry().hosts()
-        calls = []
-        for name in hosts:
-            try:
-                calls.append(self.cluster.host(name).cancel_trace(trace_id, reason))
-            except ReachError:  # a host that is gone runs nothing to cancel
-                continue
-        await asyncio.gather(*calls, return_exceptions=True)
+        await cancel_trace_everywhere(self.cluster, trace_id, reason)
 
     def _audit(self, record: dict[str, Any]) -> None:
         self.trail.record(record["caller"], record["callee"], capability=record["capability"],
