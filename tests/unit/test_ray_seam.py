@@ -6,7 +6,8 @@ import pickle
 
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from reach._ray import RayCluster, _Port, translate
+from reach._ray import _RECEIVED, RayCluster, _Port, _ship, translate
+from reach._runtime.names import REGISTRY_NAME, STORE_NAME
 from reach.errors import AgentUnavailable, InvalidPayload, ReachError
 from reach.security.guard import SecurityConfig
 
@@ -41,3 +42,31 @@ def test_a_cluster_handle_pickles_with_its_settings_and_without_its_cache() -> N
     travelled = pickle.loads(pickle.dumps(cluster))
     assert travelled.security == cluster.security
     assert travelled._ports == {}
+
+
+def test_a_cluster_handle_carries_the_registry_and_store_handles_it_has() -> None:
+    # A process given the cluster need not look those two up by name (a blocking call).
+    cluster = RayCluster(SecurityConfig(sign=False))
+    for name in (REGISTRY_NAME, STORE_NAME, "reach.host.x"):
+        cluster._ports[name] = _Port(name.upper(), name)
+    travelled = pickle.loads(pickle.dumps(cluster))
+    assert sorted(travelled._ports) == [REGISTRY_NAME, STORE_NAME]
+    assert travelled._ports[REGISTRY_NAME].handle == REGISTRY_NAME.upper()
+
+
+def test_a_shipped_class_is_pickled_once_and_rebuilt_once_per_process() -> None:
+    shipped = _ship(Shipped)
+    assert _ship(Shipped) is shipped  # pickled once in this process
+    assert _ship([Shipped]) == [shipped]
+    assert _ship("x") == "x"
+    assert pickle.loads(pickle.dumps(shipped)) is Shipped  # known here: not rebuilt
+    _RECEIVED.pop(shipped.key)
+    rebuilt = pickle.loads(pickle.dumps(shipped))  # as a fresh process would
+    assert rebuilt.__name__ == "Shipped"
+    assert rebuilt.value == 7
+    assert pickle.loads(pickle.dumps(shipped)) is rebuilt  # rebuilt once only
+    _RECEIVED[shipped.key] = Shipped
+
+
+class Shipped:
+    value = 7
