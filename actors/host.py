@@ -8,6 +8,7 @@ answers that it does not know them (after a registry restart).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from typing import Any
@@ -75,6 +76,9 @@ class AgentHost:
         self.down: set[str] = set()
         self.trail = AuditTrail(cluster)
         self.acl_version = -1
+        self._acl_fetch: asyncio.Task[None] | None = None
+        # Agent classes kept loaded (see preload).
+        self._classes: set[type[Agent]] = set()
         guard = self.transport.codec.guard
         self._audit = self._audit_call if guard is not None and guard.config.audit_calls else None
 
@@ -126,8 +130,7 @@ class AgentHost:
             await agent.on_start()
             fresh[agent_id] = AgentRunner(agent, self.link, audit=self._audit)
         entries = [self._entry(r.agent) for r in fresh.values()]
-        if self.acl_version < 0:
-            await self._refresh_acl()  # before the first agent can be called
+        await self._acl_ready()  # before the first agent can be called
         epochs = await self._registry_call("register_many", [entries, True])
         records = []
         for entry, epoch in zip(entries, epochs, strict=True):
@@ -381,8 +384,36 @@ class AgentHost:
         return await self.trail.flush()
 
     async def count(self) -> int:
-        """Number of agents on this host."""
+        """Number of agents on this host.
+
+        A spawner asks this first (a new host's liveness probe), so the first call also fetches
+        the ACL, in the background: the host's first agent then need not wait for it.
+        """
+        if self.acl_version < 0 and self._acl_fetch is None:
+            self._acl_fetch = asyncio.get_running_loop().create_task(self._refresh_acl())
+            self._acl_fetch.add_done_callback(_read_failure)
         return len(self.runners)
+
+    async def preload(self, classes: list[type[Agent]]) -> int:
+        """Keeps agent classes this host is likely to be given (its pool's, or those of the
+        agents a spare would take over); returns how many it keeps.
+
+        A class defined in a script travels by value, and the first time a process receives it
+        costs it about 10 ms (rebuilding the class and its models' schemas); later arrivals
+        find it rebuilt, as long as the process holds it. Paid here, ahead, not by a restart.
+        """
+        self._classes.update(classes)
+        return len(self._classes)
+
+    async def _acl_ready(self) -> None:
+        """Has the ACL fetched (by the background fetch under way, else now)."""
+        if self.acl_version >= 0:
+            return
+        if self._acl_fetch is not None:
+            with contextlib.suppress(Exception):  # it failed: fetched again below
+                await asyncio.shield(self._acl_fetch)
+        if self.acl_version < 0:
+            await self._refresh_acl()
 
     async def _refresh_acl(self) -> None:
         guard = self.transport.codec.guard
@@ -429,6 +460,12 @@ class AgentHost:
             for entry, epoch in zip(entries, epochs, strict=True):
                 self.epochs[entry["agent_id"]] = epoch
         return list(unknown)
+
+
+def _read_failure(task: asyncio.Task[None]) -> None:
+    """Reads a background fetch's failure (the next need of it fetches again)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("fetching the ACL failed: %s", task.exception())
 
 
 # Agent class -> its handlers as describe() gives them (JSON schemas are worth computing once).

@@ -81,6 +81,9 @@ class Supervisor:
         # Invariant: started lists the live children in start order.
         self.started: list[str] = []
         self.hosts: dict[str, str] = {}
+        self.nodes: dict[str, str] = {}
+        # Agent child -> the host it died with (its restart goes elsewhere without asking).
+        self.died_on: dict[str, str] = {}
         self.subs: dict[str, SupervisorPort] = {}
         # The epoch of each agent child's current incarnation (its next is at least one more).
         self.epochs: dict[str, int] = {}
@@ -142,6 +145,7 @@ class Supervisor:
         else:
             record = await self._spawn_child(spec)
             self.hosts[child_id] = record.host
+            self.nodes[child_id] = record.node
             self.epochs[child_id] = record.epoch
             monitor = self._watch_agent(child_id, gen, record.host)
         self.started.append(child_id)
@@ -161,11 +165,14 @@ class Supervisor:
         """
         last = self.epochs.get(spec.agent_id)
         epochs = None if last is None else {spec.agent_id: last + 1}
+        dead = self.died_on.pop(spec.agent_id, None)
         try:
-            # A restart takes a warm spare host when one of its shape is ready.
+            # A restart takes a warm spare host when one of its shape is ready, or, packed,
+            # goes to its pool's other hosts.
             records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
                                                spec.args, spec.kwargs, epochs=epochs,
-                                               warm=last is not None)
+                                               warm=last is not None,
+                                               gone=() if dead is None else (dead,))
         except AgentAlreadyExists:
             orphan = await self.registry.lookup(spec.agent_id)
             if orphan is None or not orphan.host:
@@ -179,7 +186,7 @@ class Supervisor:
         if last is None and isinstance(spec.placement, Dedicated):
             # A spare of its shape waits on its node, for its restarts (in the background).
             topping = asyncio.get_running_loop().create_task(
-                self.spawner.keep_spares(spec.placement, records[0].node))
+                self.spawner.keep_spares(spec.placement, records[0].node, (spec.agent,)))
             self._watchers.add(topping)
             topping.add_done_callback(self._watchers.discard)
         return records[0]
@@ -240,6 +247,8 @@ class Supervisor:
             normal, reason = exit_.normal, exit_.reason
         except ReachError as exc:  # AgentUnavailable: the host's process died
             normal, reason = False, f"host {host_name} died: {exc.message}"
+            if gen == self.gen.get(child_id):
+                self.died_on[child_id] = host_name
         self._exited(child_id, gen, normal, reason)
 
     async def _watch_supervisor(self, child_id: str, gen: int, port: SupervisorPort) -> None:
@@ -260,7 +269,8 @@ class Supervisor:
             self._handling = asyncio.get_running_loop().create_task(self._handle_exits())
 
     async def _handle_exits(self) -> None:
-        await asyncio.sleep(FAILURE_WINDOW_S)  # gather the exits of one host into one event
+        if self._siblings_may_follow():
+            await asyncio.sleep(FAILURE_WINDOW_S)  # gather the exits of one host into one event
         assert self._lock is not None
         async with self._lock:
             while self._exits and self.state is SupervisorState.RUNNING:
@@ -271,6 +281,21 @@ class Supervisor:
                     strategy=self.spec.strategy, intensity=self.spec.intensity,
                     backoff=self.spec.backoff, history=self.history, now=clock.monotonic(),
                     rng=self.rng))
+
+    def _siblings_may_follow(self) -> bool:
+        """Whether a live child shares a host or a node with one that just exited (its exit, if
+        the host or node died, is on its way: one failure event); an agent alone where it runs
+        is restarted at once."""
+        exited = {e.child_id for e in self._exits}
+        places = {self._place(c) for c in exited}
+        return any(self._place(c) & set().union(*places)
+                   for c in self.started if c not in exited)
+
+    def _place(self, child_id: str) -> frozenset[str]:
+        """Where a child runs: its host and its node (a node's death takes all of them);
+        a child supervisor runs on this one's node."""
+        host = self.hosts.get(child_id)
+        return frozenset(p for p in (host, self.nodes.get(child_id, self.node)) if p)
 
     async def _carry_out(self, batch: list[ChildExit], plan: RestartPlan) -> None:
         """Does what the restart plan says: forget the ended, give up, or stop and restart."""

@@ -121,6 +121,11 @@ class HostPort(Endpoint, Protocol):
         given agents), heartbeating so that a dead spare is never handed out for long."""
         ...
 
+    def preload(self, classes: list[type[Agent]]) -> Awaitable[int]:
+        """Keeps agent classes this host is likely to be given loaded, ahead of their agents;
+        how many it keeps."""
+        ...
+
 
 class RegistryPort(Protocol):
     """The registry: who is where, with which capabilities, and whether they are alive.

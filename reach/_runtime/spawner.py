@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from typing import Any, TypeVar
 
 from policies.discovery import Candidate, pick_least_loaded
@@ -33,7 +33,8 @@ PLACEMENT_CHECK_S = 1.0
 #: How many times a dead pool host is started again before its spawn gives up, and the first wait.
 REPLACE_TRIES = 20
 REPLACE_WAIT_S = 0.05
-#: How long a dead pool host's replacement waits when its pool has live hosts left.
+#: How long a dead pool host's replacement waits when its pool has live hosts left, and a taken
+#: spare's replacement: a new process costs a core for a while, not to be taken from the restart.
 REPLACE_AFTER_S = 0.5
 #: How many claimed spares that turn out dead a restart tries before it starts a new host.
 SPARE_TRIES = 3
@@ -55,18 +56,29 @@ class Spawner:
         self.cluster = cluster
         self.limits = limits
         self._pools: dict[str, list[HostPort]] = {}
+        # Pool host name -> its agent count as last seen (asked, plus the agents placed since).
+        self._counts: dict[str, int] = {}
+        # Pool name -> the agent classes placed in it from here; (host name, class) pairs of
+        # the pool hosts that have them (given or preloaded).
+        self._classes: dict[str, set[type[Agent]]] = {}
+        self._loaded: set[tuple[str, type[Agent]]] = set()
         # Invariant: at most one replacement of a pool host (by name) runs in this process.
         self._replacing: dict[str, asyncio.Task[HostPort]] = {}
 
     async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
                     args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
                     epochs: dict[str, int] | None = None, warm: bool = False,
+                    gone: Collection[str] = (),
                     ) -> list[AgentRecord]:
         """Starts agents and registers them; returns their registry records.
 
         ``epochs``: the least epoch of each new incarnation (see ``HostPort.add_agents``).
         ``warm``: a dedicated agent takes a warm spare host when one of its shape is offered
         (a restart: no waiting for a new process), and a new spare is started in its place.
+        ``gone``: hosts known to be dead (the one a restarted agent died with). One packed agent
+        then goes at once to the least loaded of its pool's other hosts, by their agent counts
+        as last seen here, without asking them first; if that host turns out dead too, the pool
+        is asked and the agent placed again.
 
         Raises:
             AgentAlreadyExists: an ID is live.
@@ -76,13 +88,12 @@ class Spawner:
         """
         demand: dict[str, float] = {}
         if isinstance(placement, Packed):
-            hosts, counts = await self._live_pool(placement)
-            groups: dict[int, list[str]] = {}
-            for agent_id in agent_ids:
-                i = least_loaded(counts)
-                counts[i] += 1
-                groups.setdefault(i, []).append(agent_id)
-            placed = [(hosts[i], ids, False) for i, ids in groups.items()]
+            moved = (await self._move_in_pool(cls, agent_ids[0], placement, gone, args=args,
+                                              kwargs=kwargs, epochs=epochs)
+                     if gone and len(agent_ids) == 1 else None)
+            if moved is not None:
+                return moved
+            placed = await self._in_pool(cls, agent_ids, placement)
         else:
             if warm and self.limits.spares > 0 and len(agent_ids) == 1:
                 taken = await self._on_spare(cls, agent_ids[0], placement, args=args,
@@ -101,13 +112,15 @@ class Spawner:
             return_exceptions=True)
         records: list[AgentRecord] = []
         failure: BaseException | None = None
-        for (host, _, own), res in zip(placed, results, strict=True):
+        for (host, ids, own), res in zip(placed, results, strict=True):
             if isinstance(res, BaseException):
                 failure = failure or res
                 if own:  # a dedicated host whose agent did not start has nothing to host
                     self.cluster.kill(host)
             else:
                 records.extend(res)
+                if not own:
+                    self._counts[host.name] = self._counts.get(host.name, 0) + len(ids)
         if failure is not None:
             raise failure
         return records
@@ -145,13 +158,17 @@ class Spawner:
             except BaseException:
                 self.cluster.kill(self.cluster.host(name))
                 raise
-            self.start_spares(p, [records[0].node], 1)
+            # A new process costs a core for a while: it starts once the agent has answered.
+            asyncio.get_running_loop().call_later(
+                REPLACE_AFTER_S, self.start_spares, p, [records[0].node], 1, (cls,))
             return records
         return None
 
-    def start_spares(self, p: Dedicated, nodes: Sequence[str], count: int) -> list[HostPort]:
+    def start_spares(self, p: Dedicated, nodes: Sequence[str], count: int,
+                     classes: Sequence[type[Agent]] = ()) -> list[HostPort]:
         """Starts ``count`` empty hosts of ``p``'s shape on each node (soft affinity), each
-        offering itself as a warm spare once it runs. Returns them at once."""
+        offering itself as a warm spare once it runs, with ``classes`` (those of the agents it
+        is likely to take) loaded ahead. Returns them at once."""
         key = shape_key(p)
         started = []
         for node in nodes:
@@ -161,18 +178,22 @@ class Spawner:
                 host = self.cluster.start_host(f"{DEDICATED_PREFIX}{secrets.token_hex(6)}",
                                                shape, self.limits)
                 offered = host.offer_as_spare(key)  # the call is under way: never awaited here
-                _read_later(offered)
+                _read_later(offered, "a spare host did not start")
+                if classes:
+                    _read_later(host.preload(list(classes)), "preloading a spare failed")
                 started.append(host)
         return started
 
-    async def keep_spares(self, p: Dedicated, node: str) -> None:
-        """Tops up the warm spares of ``p``'s shape on ``node`` to the deployment's count."""
+    async def keep_spares(self, p: Dedicated, node: str,
+                          classes: Sequence[type[Agent]] = ()) -> None:
+        """Tops up the warm spares of ``p``'s shape on ``node`` to the deployment's count
+        (new ones with ``classes`` loaded ahead)."""
         if self.limits.spares <= 0:
             return
         offered = await self.cluster.registry().spares()
         have = len(offered.get(f"{node} {shape_key(p)}", ()))
         if have < self.limits.spares:
-            self.start_spares(p, [node], self.limits.spares - have)
+            self.start_spares(p, [node], self.limits.spares - have, classes)
 
     def _pool(self, p: Packed) -> list[HostPort]:
         hosts = self._pools.get(p.pool)
@@ -183,12 +204,79 @@ class Spawner:
             self._pools[p.pool] = hosts
         return hosts
 
+    def _ready_everywhere(self, p: Packed, cls: type[Agent], placed_on: str) -> None:
+        """Has every host of the pool keep ``cls`` loaded (in the background): an agent moved
+        to another host on a restart then does not wait for its class to be received there the
+        first time (for a class defined in a script, about 10 ms of rebuilding it and its
+        schemas in a fresh process)."""
+        self._classes.setdefault(p.pool, set()).add(cls)
+        self._loaded.add((placed_on, cls))
+        for host in self._pools.get(p.pool, []):
+            if (host.name, cls) not in self._loaded:
+                self._loaded.add((host.name, cls))
+                _read_later(host.preload([cls]), f"preloading {host.name} failed")
+
+    async def _in_pool(self, cls: type[Agent], agent_ids: Sequence[str], p: Packed,
+                       ) -> list[tuple[HostPort, list[str], bool]]:
+        """Which of the pool's live hosts takes which agents (least loaded first)."""
+        hosts, counts = await self._live_pool(p)
+        groups: dict[int, list[str]] = {}
+        for agent_id in agent_ids:
+            i = least_loaded(counts)
+            counts[i] += 1
+            groups.setdefault(i, []).append(agent_id)
+        for i in groups:
+            self._ready_everywhere(p, cls, hosts[i].name)
+        return [(hosts[i], ids, False) for i, ids in groups.items()]
+
+    async def _move_in_pool(self, cls: type[Agent], agent_id: str, p: Packed,
+                            gone: Collection[str], *, args: Sequence[Any],
+                            kwargs: dict[str, Any] | None, epochs: dict[str, int] | None,
+                            ) -> list[AgentRecord] | None:
+        """Starts a packed agent whose host died on the least loaded of the pool's other hosts,
+        as last seen here, without asking them; None when they were never seen, or the one
+        chosen is dead too."""
+        known = self._known_pool(p, gone)
+        if known is None:
+            return None
+        host = known[0][least_loaded(known[1])]
+        try:
+            records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs)
+        except AgentUnavailable:
+            log.info("pool host %s is dead too: asking the pool", host.name)
+            return None
+        self._counts[host.name] = self._counts.get(host.name, 0) + 1
+        self._ready_everywhere(p, cls, host.name)
+        return records
+
+    def _known_pool(self, p: Packed, gone: Collection[str],
+                    ) -> tuple[list[HostPort], list[int]] | None:
+        """The pool's hosts other than ``gone`` and their agent counts as last seen here, the
+        ``gone`` ones being started again in the background; None if a count was never seen
+        (or no other host is left)."""
+        hosts = self._pools.get(p.pool)
+        if hosts is None:
+            return None
+        others = [h for h in hosts if h.name not in gone]
+        if not others or any(h.name not in self._counts for h in others):
+            return None
+        for i, h in enumerate(hosts):
+            if h.name in gone:
+                self._counts.pop(h.name, None)
+                self._replace(p, i, REPLACE_AFTER_S)
+        return others, [self._counts[h.name] for h in others]
+
     async def _live_pool(self, p: Packed) -> tuple[list[HostPort], list[int]]:
         """The pool's live hosts and their agent counts; dead ones are started again in the
         background, and waited for only when none is alive."""
         hosts = self._pool(p)
         counts = await asyncio.gather(*(h.count() for h in hosts), return_exceptions=True)
         live = [(h, c) for h, c in zip(hosts, counts, strict=True) if isinstance(c, int)]
+        for h, c in zip(hosts, counts, strict=True):
+            if isinstance(c, int):
+                self._counts[h.name] = c
+            else:
+                self._counts.pop(h.name, None)
         dead = [i for i, c in enumerate(counts) if not isinstance(c, int)]
         # A new process costs a core for a while: with live hosts left, it starts only once the
         # agents have moved and answered, not in their way.
@@ -223,11 +311,17 @@ class Spawner:
             self.cluster.forget(name)
             host = self.cluster.start_host(name, shape, self.limits)
             try:
-                await host.count()
+                self._counts[name] = await host.count()
             except AgentUnavailable as exc:  # its old self, not yet known as dead by name
                 failure = exc
                 await asyncio.sleep(REPLACE_WAIT_S * (attempt + 1))
                 continue
+            # A new process: it has none of the pool's classes until given them.
+            classes = self._classes.get(p.pool, set())
+            self._loaded.difference_update((name, c) for c in classes)
+            if classes:
+                self._loaded.update((name, c) for c in classes)
+                _read_later(host.preload(list(classes)), f"preloading {name} failed")
             hosts = self._pools.get(p.pool)
             if hosts is not None and i < len(hosts):
                 hosts[i] = host
@@ -268,11 +362,12 @@ def _read_outcome(task: asyncio.Task[HostPort]) -> None:
         task.exception()
 
 
-def _read_later(call: Awaitable[Any]) -> None:
-    """Reads the outcome of a call nobody awaits (a failure is logged, not lost)."""
+def _read_later(call: Awaitable[Any], failing: str) -> None:
+    """Reads the outcome of a call nobody awaits (a failure is logged as ``failing``, not
+    lost)."""
     def done(future: asyncio.Future[Any]) -> None:
         if not future.cancelled() and future.exception() is not None:
-            log.warning("a spare host did not start: %s", future.exception())
+            log.warning("%s: %s", failing, future.exception())
 
     try:
         asyncio.get_running_loop()

@@ -209,3 +209,89 @@ def test_without_spares_a_dedicated_restart_starts_a_new_host() -> None:
         assert await rt.cluster.registry().spares() == {}
 
     run(scenario)
+
+
+def test_a_packed_restart_goes_to_the_other_host_without_asking_the_pool_first() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.ChildSpec(Node, "n-1", placement=pool())]))
+        dead = await host_of(rt, "n-1")
+        (other,) = [h for h in fake.names(f"{POOL_PREFIX}p.") if h != dead]
+
+        async def preloaded() -> bool:  # the pool's other host holds the class ahead
+            return fake.calls[(other, "preload")] == 1
+
+        assert await eventually(preloaded)
+        asked = fake.calls[(other, "count")]
+        fake.crash(dead)
+        assert (await rt.client.request("n-1", Ping(), timeout_ms=10_000)).value.by == "n-1"
+        assert await host_of(rt, "n-1") == other
+        assert fake.calls[(other, "count")] == asked  # its count, as last seen, was enough
+        (restart,) = (await sup.status()).restarts
+        assert restart.placement is RestartPlacement.PACKED
+
+        async def replaced() -> bool:  # the dead one is started again, with the class loaded
+            return dead in fake.names(POOL_PREFIX) and fake.calls[(dead, "preload")] >= 1
+
+        assert await eventually(replaced)
+
+    run(scenario)
+
+
+def test_a_packed_restart_whose_other_host_is_dead_too_asks_the_pool_and_waits() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.supervise(reach.SupervisorSpec("s", intensity=Intensity(5, 10), children=[
+            reach.ChildSpec(Node, "n-1", placement=pool())]))
+        for name in fake.names(f"{POOL_PREFIX}p."):
+            fake.crash(name)  # the host it died with, and the one it would move to
+        assert (await rt.client.request("n-1", Ping(), timeout_ms=10_000)).value.by == "n-1"
+        assert await host_of(rt, "n-1") in fake.names(f"{POOL_PREFIX}p.")
+
+    run(scenario)
+
+
+def test_agents_of_one_host_dying_together_are_one_failure_of_the_intensity() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        one_host = reach.Packed(pool="one", size=1)
+        sup = await rt.supervise(reach.SupervisorSpec("s", intensity=Intensity(1, 60), children=[
+            reach.ChildSpec(Node, "n-1", placement=one_host),
+            reach.ChildSpec(Node, "n-2", placement=one_host)]))
+        fake.crash(f"{POOL_PREFIX}one.0")
+        for agent_id in ("n-1", "n-2"):
+            reply = await rt.client.request(agent_id, Ping(), timeout_ms=10_000)
+            assert reply.value.by == agent_id
+        status = await sup.status()
+        assert status.state is reach.SupervisorState.RUNNING  # one restart: within 1 in 60 s
+        assert sorted(r.child for r in status.restarts) == ["n-1", "n-2"]
+
+    run(scenario)
+
+
+def test_a_spare_holds_the_class_of_the_agent_it_would_take_over() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.supervise(reach.SupervisorSpec("s", children=[reach.ChildSpec(Node, "n-1")]))
+
+        async def preloaded_spare() -> list[str]:
+            offered = await rt.cluster.registry().spares()
+            return [h for hosts in offered.values() for h in hosts
+                    if fake.calls[(h, "preload")] == 1]
+
+        assert await eventually(preloaded_spare)
+
+    run(scenario)
+
+
+def test_a_new_host_fetches_its_acl_once_ahead_of_its_first_agent() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Node, "n-1", placement=pool("acl"))
+        for name in fake.names(f"{POOL_PREFIX}acl."):
+            assert fake.calls[(name, "count")] >= 1
+        fetched = fake.calls[(REGISTRY_NAME, "acl")]
+        assert fetched == 2  # one per host, the host given n-1 included: not twice for it
+
+    run(scenario)
