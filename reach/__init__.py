@@ -70,7 +70,7 @@ if _TYPE_CHECKING:
     from reach.sessions import Session
     from reach.supervision import ChildSpec, SupervisorRef, SupervisorSpec, TaskHandle
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"
 
 # The runtime names load on first use: `policies` imports reach's protocol modules, and the
 # runtime imports `policies`, so importing them eagerly here would make that a cycle.
