@@ -135,7 +135,8 @@ export class RemoteAgent {
 
   _dial() {
     const headers = this.token ? { Authorization: `Bearer ${this.token}` } : {};
-    const ws = new WebSocket(this.url, { headers, maxPayload: 0 });
+    // No per-message deflate: envelopes are small JSON, not worth compressing frame by frame.
+    const ws = new WebSocket(this.url, { headers, maxPayload: 0, perMessageDeflate: false });
     this.ws = ws;
     let welcomed = false;
     ws.on('open', () => ws.send(JSON.stringify(makeHello(this.agentId, this.declaration, this.secret))));
