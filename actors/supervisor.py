@@ -28,7 +28,7 @@ from reach._runtime.transport import Transport
 from reach.agent import Dedicated
 from reach.client import Link
 from reach.cluster import CallLimits, Cluster, SupervisorPort
-from reach.errors import AgentAlreadyExists, ReachError, RestartLimitExceeded
+from reach.errors import AgentAlreadyExists, AgentUnavailable, ReachError, RestartLimitExceeded
 from reach.records import (
     AgentRecord,
     AgentStatus,
@@ -42,9 +42,14 @@ from reach.records import (
 )
 from reach.security.guard import signed_call
 from reach.security.trail import AuditTrail
-from reach.supervision import ChildSpec, SupervisorSpec
+from reach.supervision import ChildSpec, RemoteChild, SupervisorSpec
 
 log = logging.getLogger("reach.supervisor")
+
+#: Longest long poll of the registry while a remote child is awaited, and the pause between
+#: lookups when the registry has no record to wait on.
+REMOTE_WAIT_S = 5.0
+REMOTE_POLL_S = 0.2
 
 #: Exits detected within this window are one failure event (a host's agents die together: their
 #: watches fail within a few milliseconds of each other).
@@ -77,7 +82,8 @@ class Supervisor:
         self.spawner = Spawner(cluster, limits)
         self.limits = limits
         self.rng = random.Random(spec.seed)
-        self.specs: dict[str, ChildSpec | SupervisorSpec] = {c.child_id: c for c in spec.children}
+        self.specs: dict[str, ChildSpec | RemoteChild | SupervisorSpec] = {
+            c.child_id: c for c in spec.children}
         # Invariant: started lists the live children in start order.
         self.started: list[str] = []
         self.hosts: dict[str, str] = {}
@@ -143,7 +149,8 @@ class Supervisor:
             self.subs[child_id] = port
             monitor = self._watch_supervisor(child_id, gen, port)
         else:
-            record = await self._spawn_child(spec)
+            record = await (self._await_remote(spec) if isinstance(spec, RemoteChild)
+                            else self._spawn_child(spec))
             self.hosts[child_id] = record.host
             self.nodes[child_id] = record.node
             self.epochs[child_id] = record.epoch
@@ -190,6 +197,39 @@ class Supervisor:
             self._watchers.add(topping)
             topping.add_done_callback(self._watchers.discard)
         return records[0]
+
+    async def _await_remote(self, spec: RemoteChild) -> AgentRecord:
+        """Waits for a remote child to connect, as an incarnation newer than its last one;
+        callers' requests wait for it meanwhile (it is marked restarting).
+
+        Raises:
+            AgentUnavailable: it did not connect within ``connect_within_s``.
+        """
+        agent_id = spec.agent_id
+        self.died_on.pop(agent_id, None)
+        last = self.epochs.get(agent_id, -1)
+        deadline = clock.monotonic() + spec.connect_within_s
+        rec = await self.registry.lookup(agent_id)
+        if not _connected(rec, last):
+            # Only the incarnation known to be gone (or none): a newer one is never marked.
+            gone = max(last, rec.epoch if rec is not None and rec.host else -1)
+            await self._mark([agent_id], AgentStatus.RESTARTING, {agent_id: gone})
+        while not _connected(rec, last):
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                if last < 0:  # nobody waits for it any longer: callers are told at once
+                    await _within(self._mark([agent_id], AgentStatus.OFFLINE), 5.0)
+                raise AgentUnavailable(
+                    f"remote agent {agent_id!r} did not connect within "
+                    f"{spec.connect_within_s:g} s",
+                    suggestion="start it (reach connect --gateway URL module:Class), or give "
+                               "it longer with RemoteChild(connect_within_s=...)",
+                    details={"agent_id": agent_id})
+            if rec is None or rec.status is AgentStatus.OFFLINE:
+                await asyncio.sleep(min(REMOTE_POLL_S, left))  # nothing to long-poll on
+            rec = await self.registry.lookup(agent_id, last, min(left, REMOTE_WAIT_S))
+        assert rec is not None
+        return rec
 
     async def _evict(self, agent_id: str, host_name: str, timeout_s: float) -> None:
         """Stops an agent on its host and deregisters it (a dead host could not: deregistering
@@ -312,11 +352,16 @@ class Supervisor:
         # Callers hold their requests while an agent restarts: the mark goes out now, and is
         # not waited for (it names the epochs it is about, so that it cannot land on a new
         # incarnation that registered first).
-        marked = [c for c in plan.restart if c in self.hosts]
+        # A remote child is not the supervisor's to start: a sibling's failure leaves it be.
+        died = {e.child_id for e in batch}
+        restart = [c for c in plan.restart
+                   if c in died or not isinstance(self.specs[c], RemoteChild)]
+        stop = [c for c in plan.stop if c in died or not isinstance(self.specs[c], RemoteChild)]
+        marked = [c for c in restart if c in self.hosts]
         marking = self._mark(marked, AgentStatus.RESTARTING,
                              {c: self.epochs[c] for c in marked if c in self.epochs})
-        await self._stop_children(list(plan.stop))
-        for child_id in plan.restart:
+        await self._stop_children(stop)
+        for child_id in restart:
             if child_id in self.started:
                 self.started.remove(child_id)
             self.hosts.pop(child_id, None)
@@ -329,9 +374,9 @@ class Supervisor:
         if self.spec.strategy is Strategy.ONE_FOR_ONE:
             # Independent children (one host's agents, dying together) come back together.
             await asyncio.gather(*(self._restart_child(c, plan, detected)
-                                   for c in plan.restart))
+                                   for c in restart))
         else:  # their order matters: one after another, in start order
-            for child_id in plan.restart:
+            for child_id in restart:
                 await self._restart_child(child_id, plan, detected)
         try:
             await marking
@@ -350,6 +395,8 @@ class Supervisor:
             self.started.sort(key=list(self.specs).index)
             return
         placement = (RestartPlacement.SUPERVISOR if child_id in self.subs
+                     else RestartPlacement.REMOTE
+                     if isinstance(self.specs[child_id], RemoteChild)
                      else RestartPlacement.PACKED
                      if self.hosts.get(child_id, "").startswith(POOL_PREFIX)
                      else RestartPlacement.DEDICATED)
@@ -440,6 +487,12 @@ class Supervisor:
                               self.hosts.get(c), self.specs[c].restart.value)
                   for c in self.started),
             tuple(self.restarts), self.tasks.counts(), subs)
+
+
+def _connected(rec: AgentRecord | None, last: int) -> bool:
+    """Whether a record is of a connected incarnation newer than ``last``."""
+    return (rec is not None and rec.status is AgentStatus.ONLINE and bool(rec.host)
+            and rec.epoch > last)
 
 
 async def _awaited(call: Any) -> Any:

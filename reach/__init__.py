@@ -68,7 +68,13 @@ if _TYPE_CHECKING:
     from reach.runtime import Runtime, init
     from reach.security.guard import SecurityConfig
     from reach.sessions import Session
-    from reach.supervision import ChildSpec, SupervisorRef, SupervisorSpec, TaskHandle
+    from reach.supervision import (
+        ChildSpec,
+        RemoteChild,
+        SupervisorRef,
+        SupervisorSpec,
+        TaskHandle,
+    )
 
 __version__ = "0.3.1"
 
@@ -79,7 +85,8 @@ _LAZY = {
     "Placement": "reach.agent", "Text": "reach.agent", "handler": "reach.agent",
     "Client": "reach.client", "Reply": "reach.replies", "Context": "reach.context",
     "Runtime": "reach.runtime", "init": "reach.runtime",
-    "ChildSpec": "reach.supervision", "SupervisorRef": "reach.supervision",
+    "ChildSpec": "reach.supervision", "RemoteChild": "reach.supervision",
+    "SupervisorRef": "reach.supervision",
     "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",
     "Backoff": "policies.backoff", "Intensity": "policies.supervision",
     "RestartType": "policies.supervision", "Strategy": "policies.supervision",
@@ -139,6 +146,7 @@ __all__ = [
     "Placement",
     "ProtocolError",
     "ReachError",
+    "RemoteChild",
     "Reply",
     "RequestTimeout",
     "RestartLimitExceeded",

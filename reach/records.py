@@ -163,6 +163,7 @@ class RestartPlacement(StrEnum):
     DEDICATED = "dedicated"
     PACKED = "packed"
     SUPERVISOR = "supervisor"
+    REMOTE = "remote"  # a remote child that connected again
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,12 +59,45 @@ class ChildSpec:
 
 
 @dataclass(frozen=True)
+class RemoteChild:
+    """An agent that dials in from outside the cluster (``reach connect``, ``clients/js/``):
+    a supervisor cannot start it, but watches it like its other children.
+
+    On start, and after each death of it, the supervisor waits for it to connect (at most
+    ``connect_within_s``; callers' requests wait for it meanwhile, as for a restarting agent):
+    that is its restart, a new incarnation with a larger epoch. Its death is its disconnect
+    outlasting the gateway's grace period (a reconnect within it is a restart its gateway does
+    alone); a goodbye is a normal exit. A failure counts against the intensity like any other,
+    and one that does not come back in time fails its restart. A sibling's failure never stops
+    or waits for it (``one_for_all`` and ``rest_for_one`` restart only the children the
+    supervisor can start); stopping the supervisor removes it from reach and closes its socket.
+
+    Attributes:
+        agent_id: The ID it connects as.
+        restart: permanent (default), transient or temporary.
+        connect_within_s: How long the supervisor waits for it to connect.
+        shutdown_timeout_s: How long its in-flight requests may finish when it is stopped.
+    """
+
+    agent_id: str
+    restart: RestartType = RestartType.PERMANENT
+    connect_within_s: float = 60.0
+    shutdown_timeout_s: float = 5.0
+
+    @property
+    def child_id(self) -> str:
+        """The ID the supervisor knows this child by."""
+        return self.agent_id
+
+
+@dataclass(frozen=True)
 class SupervisorSpec:
     """A supervisor: its children (agents or supervisors), strategy, intensity and policies.
 
     Attributes:
         name: Unique name of the supervisor (its actor is ``reach.sup.<name>``).
-        children: Started in this order, stopped in the reverse order.
+        children: Started in this order (a :class:`RemoteChild` waited for), stopped in the
+            reverse order.
         strategy: one_for_one (default), one_for_all or rest_for_one.
         intensity: At most this many restarts in this period before giving up (1 in 5 s).
         backoff: Delays before restarts (a task's retries wait as its ``task_policy`` says).
@@ -75,7 +108,7 @@ class SupervisorSpec:
     """
 
     name: str
-    children: Sequence[ChildSpec | SupervisorSpec] = ()
+    children: Sequence[ChildSpec | RemoteChild | SupervisorSpec] = ()
     strategy: Strategy = Strategy.ONE_FOR_ONE
     intensity: Intensity = field(default_factory=Intensity)
     backoff: Backoff = field(default_factory=Backoff)
@@ -172,4 +205,4 @@ class SupervisorRef:
         return order
 
 
-__all__ = ["ChildSpec", "SupervisorRef", "SupervisorSpec", "TaskHandle"]
+__all__ = ["ChildSpec", "RemoteChild", "SupervisorRef", "SupervisorSpec", "TaskHandle"]

@@ -296,3 +296,41 @@ async def test_the_node_agent_connects_through_the_gateway_on_serve_and_answers(
     finally:
         await node.stop()
         await asyncio.to_thread(rt.cluster.stop_gateway, name)
+
+
+async def test_a_supervised_python_agent_that_leaves_is_awaited_and_comes_back_restarted(
+        rt: Any, channel: Channel) -> None:
+    first = await reach_connect(channel, "calc-py-3").start()
+    second: Process | None = None
+    await welcomed_py(rt, "calc-py-3")
+    sup = await rt.supervise(reach.SupervisorSpec("remote-tree", children=[
+        reach.RemoteChild("calc-py-3", connect_within_s=60)]))
+    try:
+        epoch = (await rt.cluster.registry().lookup("calc-py-3")).epoch
+        assert await first.stop() == 0  # goodbye: a permanent child is awaited again
+
+        async def awaited() -> bool:
+            record = await rt.cluster.registry().lookup("calc-py-3")
+            return record is not None and record.status is reach.AgentStatus.RESTARTING
+
+        await wait_until(awaited)
+        call = asyncio.ensure_future(rt.client.request("calc-py-3", Add(a=3, b=4),
+                                                       timeout_ms=60_000))
+        await asyncio.sleep(0.5)
+        assert not call.done()  # held while its supervisor waits for it
+        second = await reach_connect(channel, "calc-py-3").start()
+        reply = await asyncio.wait_for(call, 60)
+        assert reply.value == Sum(total=7, by="calc-py-3")
+        assert (await rt.cluster.registry().lookup("calc-py-3")).epoch > epoch
+
+        async def restarted() -> Any:
+            return [r for r in (await sup.status()).restarts if r.child == "calc-py-3"]
+
+        (restart,) = await wait_until(restarted)
+        assert restart.placement is reach.RestartPlacement.REMOTE
+    finally:
+        await sup.stop()
+        await first.kill()
+        if second is not None:
+            await second.kill()
+    assert await rt.cluster.registry().lookup("calc-py-3") is None  # stopping removed it

@@ -394,3 +394,91 @@ def test_a_remote_host_refuses_to_spawn_agents() -> None:
             await gw.host.add_agents(Calculator, ["c-1"], (), {})
 
     on_channel(scenario)
+
+
+# -- remote agents in supervision trees ------------------------------------------------------------
+
+
+def test_a_supervisor_waits_for_its_remote_child_and_callers_wait_with_it() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        starting = asyncio.ensure_future(rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.RemoteChild("calc-1", connect_within_s=30)])))
+        await asyncio.sleep(1.0)
+        assert not starting.done()  # waiting for it to connect
+        call = asyncio.ensure_future(rt.client.request("calc-1", Add(a=2, b=2),
+                                                       timeout_ms=20_000))
+        await asyncio.sleep(1.0)
+        assert not call.done()  # held, not told that no such agent exists
+        await gw.connect("calc-1")
+        sup = await starting
+        assert (await call).value == Sum(total=4, by="calc-1")
+        (child,) = (await sup.status()).children
+        assert (child.child_id, child.host) == ("calc-1", HOST)
+
+    on_channel(scenario)
+
+
+def test_a_remote_child_gone_past_the_grace_is_restarted_when_it_connects_again() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        first, sock = await gw.connect("calc-1")
+        sup = await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.RemoteChild("calc-1", connect_within_s=30)]))
+        gw.kill(first)
+        await sock.drop()
+        await asyncio.sleep(6.0)  # past the 5 s grace: dead to its supervisor
+        record = await fake.registry().lookup("calc-1")
+        assert record is not None
+        assert record.status is AgentStatus.RESTARTING  # callers hold while it is awaited
+        call = asyncio.ensure_future(rt.client.request("calc-1", Add(a=1, b=2),
+                                                       timeout_ms=20_000))
+        again, _ = await gw.connect("calc-1")
+        assert (await call).value == Sum(total=3, by="calc-1")
+        assert again.epoch > first.epoch
+
+        async def restarted() -> list[reach.RestartRecord]:
+            return list((await sup.status()).restarts)
+
+        (restart,) = await eventually(restarted)
+        assert restart.placement is reach.RestartPlacement.REMOTE
+        assert "not back within 5 s" in restart.reason
+
+    on_channel(scenario)
+
+
+def test_a_remote_child_not_connected_in_time_fails_the_start_and_callers_are_told() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        with pytest.raises(AgentUnavailable, match="did not connect within 2 s"):
+            await rt.supervise(reach.SupervisorSpec("s", children=[
+                reach.RemoteChild("calc-1", connect_within_s=2)]))
+        with pytest.raises(AgentUnavailable, match="offline"):
+            await rt.client.request("calc-1", Add(a=1, b=1), timeout_ms=5_000)
+
+    on_channel(scenario)
+
+
+def test_a_siblings_failure_leaves_a_remote_child_be_and_stopping_removes_it() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        remote, sock = await gw.connect("calc-1")
+        sup = await rt.supervise(reach.SupervisorSpec(
+            "s", strategy=reach.Strategy.ONE_FOR_ALL, children=[
+                reach.ChildSpec(Calculator, "local-1"),
+                reach.RemoteChild("calc-1")]))
+        local = await fake.registry().lookup("local-1")
+        assert local is not None
+        fake.crash(local.host)
+        assert (await rt.client.request("local-1", Add(a=1, b=1),
+                                        timeout_ms=10_000)).value.by == "local-1"
+        (restart,) = (await sup.status()).restarts
+        assert restart.child == "local-1"  # one_for_all restarts only what it can start
+        assert remote.conn is not None
+        assert sock.closed is None
+        assert (await rt.client.request("calc-1", Add(a=1, b=1))).value.by == "calc-1"
+        assert await sup.stop() == ["calc-1", "local-1"]
+        assert await fake.registry().lookup("calc-1") is None
+        await eventually(lambda: _true(sock.closed is not None))
+
+    on_channel(scenario)
