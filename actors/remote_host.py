@@ -27,18 +27,18 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from actors.host import AgentHost
 from policies.discovery import pick_least_loaded
 from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
 from reach import clock
-from reach._runtime.names import is_endpoint
+from reach._runtime.names import REMOTE_PREFIX, is_endpoint
 from reach._runtime.runner import ReplySink, refuse
 from reach.agent import Agent, reads_text
 from reach.client import Client
-from reach.cluster import CallLimits, Cluster
+from reach.cluster import CallLimits, Cluster, RemoteHostPort
 from reach.errors import (
     AgentUnavailable,
     CodecError,
@@ -48,7 +48,7 @@ from reach.errors import (
     RequestTimeout,
 )
 from reach.protocol import Envelope, MsgType
-from reach.records import AgentRecord
+from reach.records import AgentExit, AgentRecord, AgentStatus
 from reach.remote.wire import (
     CAPABILITY_PREFIX,
     HELLO_WINDOW_S,
@@ -185,6 +185,32 @@ class RemoteRunner:
         if self.queue:
             self.wake.set()
 
+    def hand_over(self) -> list[list[Any]]:
+        """Gives up what it holds for another host: ``[reply_to, taken, envelope]`` for each
+        open request (taken ones first) and ``[None, False, envelope]`` for each other envelope
+        queued, in order; holds nothing after."""
+        handed: list[list[Any]] = [[a.reply_to, True, envelope_json(a.env)]
+                                   for a in self.asked.values() if a.taken]
+        for _, item in self.queue:
+            asked = self.asked.get(item["msg_id"])
+            handed.append([None if asked is None else asked.reply_to, False, item])
+        self.asked.clear()
+        self.queue.clear()
+        if self.grace is not None:
+            self.grace.cancel()
+        return handed
+
+    def adopt(self, handed: list[list[Any]], policy: PendingAction) -> None:
+        """Takes what another host handed over (see :meth:`hand_over`); the requests the agent
+        had taken there are sent again or failed per ``policy``, as on any reconnect."""
+        for reply_to, taken, item in handed:
+            env = Envelope.parse(item)
+            if reply_to is not None:
+                self.asked[env.msg_id] = _Asked(reply_to, env, taken=bool(taken))
+            if not taken:
+                self.queue.append((env.deadline, item))
+        self.restart(policy)
+
     def cancel(self, why: ReachError, trace_id: str | None = None,
                request_id: str | None = None) -> int:
         """Fails the open requests of a trace (or one request, or all) with ``why``, and tells
@@ -235,6 +261,7 @@ class RemoteHost(AgentHost):
     def __init__(self, name: str, cluster: Cluster, limits: CallLimits,
                  grace_s: float = GRACE_S, queue_limit: int = QUEUE_LIMIT) -> None:
         super().__init__(name, cluster, limits)
+        self.cluster = cluster
         self.grace_s = grace_s
         self.queue_limit = queue_limit
         self.runners: dict[str, RemoteRunner] = {}  # type: ignore[assignment]
@@ -277,19 +304,22 @@ class RemoteHost(AgentHost):
             return self._taken(principal, agent.id, "connected through this gateway replica")
         if agent.id in self.epochs:  # epochs never go backwards, even past a deregistration
             self.epochs[agent.id] += 1
-        try:
+        handed = None if runner is not None else await self._take_over(agent.id)
+        try:  # exclusive unless another replica's host handed the agent over (its record)
             epoch = (await self._registry_call("register_many", [[self._remote_entry(agent)],
-                                                                  True]))[0]
+                                                                  handed is None]))[0]
         except ReachError as exc:
             return self._taken(principal, agent.id, exc.message)
         self.epochs[agent.id] = epoch
         conn = os.urandom(8).hex()
-        restarted = runner is not None
+        restarted = runner is not None or handed is not None
         if runner is None:
             runner = RemoteRunner(agent, self.queue_limit, self.link.max_hops, wake=self._signal,
                                   post=self._post, audit=self._audit)
             self.runners[agent.id] = runner
             self._exits[agent.id] = asyncio.get_running_loop().create_future()
+            if handed is not None:
+                runner.adopt(handed, PendingAction(declared.pending_policy))
         else:
             if runner.grace is not None:
                 runner.grace.cancel()
@@ -302,6 +332,43 @@ class RemoteHost(AgentHost):
                           outcome="restarted" if restarted else "ok")
         return Attached(agent_id=agent.id, epoch=epoch, conn=conn, restarted=restarted,
                         queue_limit=self.queue_limit)
+
+    async def _take_over(self, agent_id: str) -> list[list[Any]] | None:
+        """Takes over an agent that reconnected here while another replica's host holds it,
+        disconnected, within its grace period (its restart, through another replica): that
+        host hands over its open requests and lets it go. None when no other replica's host
+        held it that way (the registration then decides, exclusive as always)."""
+        try:
+            rec = await self.registry.lookup(agent_id)
+        except ReachError:
+            return None
+        if (rec is None or rec.status is not AgentStatus.ONLINE or rec.host == self.name
+                or not rec.host.startswith(REMOTE_PREFIX)):
+            return None
+        try:
+            handed: list[list[Any]] | None = await cast(
+                RemoteHostPort, self.cluster.host(rec.host)).hand_over(agent_id, self.name)
+        except ReachError as exc:  # that replica is gone: its record expires with its beats
+            log.info("%s could not take %s over from %s: %s", self.name, agent_id, rec.host, exc)
+            return None
+        if handed is not None:
+            self.epochs[agent_id] = max(self.epochs.get(agent_id, 0), rec.epoch + 1)
+        return handed
+
+    async def hand_over(self, agent_id: str, to: str) -> list[list[Any]] | None:
+        """See :meth:`reach.cluster.RemoteHostPort.hand_over`."""
+        runner = self.runners.get(agent_id)
+        if runner is None or runner.conn is not None:
+            return None
+        handed = runner.hand_over()
+        del self.runners[agent_id]
+        self.down.discard(agent_id)
+        self.trail.record(self.name, agent_id, capability="reach.connect", msg_type="connect",
+                          outcome=f"moved: to {to}")
+        exit_ = self._exits.pop(agent_id, None)
+        if exit_ is not None and not exit_.done():  # its restart, elsewhere
+            exit_.set_result(AgentExit(False, f"reconnected through {to}"))
+        return handed
 
     def _check(self, hello: Hello) -> WireRefusal | None:
         """Why a hello is refused before its agent is looked at, or None."""

@@ -388,6 +388,13 @@ class RemoteHostPort(HostPort, Protocol):
         frame after goodbye, a missing token)."""
         ...
 
+    def hand_over(self, agent_id: str, to: str) -> Awaitable[list[list[Any]] | None]:
+        """Lets a disconnected agent in its grace period go to the host ``to`` it reconnected
+        through (another replica's): its open requests and queued envelopes as
+        ``[reply_to, taken, envelope]`` (``reply_to`` None for what is not a request), not
+        failed; its watchers see its restart. None if it is connected here, or not here."""
+        ...
+
 
 @dataclass(frozen=True)
 class HostShape:

@@ -58,7 +58,7 @@ class Channel:
     """The channel on uvicorn in a thread of its own (the gateway replica's part), and its
     RemoteHost on Ray."""
 
-    def __init__(self, rt: Any) -> None:
+    def __init__(self, rt: Any, host: str = HOST) -> None:
         import uvicorn
         from starlette.applications import Starlette
 
@@ -67,7 +67,7 @@ class Channel:
         assert guard is not None, "the integration runtime signs"
         self.master = guard.keyring.master
         self.token = token_for(guard.keyring, "remote-tests")
-        self.host = rt.cluster.start_remote_host(HOST, CallLimits(), GRACE_S, 1000)
+        self.host = rt.cluster.start_remote_host(host, CallLimits(), GRACE_S, 1000)
         app = Starlette(routes=channel_routes(rt.cluster, GatewayOptions(), self.host,
                                               ChannelOptions(grace_s=GRACE_S)))
         self.port = free_port()
@@ -334,3 +334,37 @@ async def test_a_supervised_python_agent_that_leaves_is_awaited_and_comes_back_r
         if second is not None:
             await second.kill()
     assert await rt.cluster.registry().lookup("calc-py-3") is None  # stopping removed it
+
+
+async def test_a_python_agent_killed_mid_request_comes_back_through_another_replica(
+        rt: Any, channel: Channel) -> None:
+    other = Channel(rt, f"{HOST}-b")
+    first = await reach_connect(channel, "calc-py-4").start()
+    second: Process | None = None
+    try:
+        await welcomed_py(rt, "calc-py-4")
+        epoch = (await rt.cluster.registry().lookup("calc-py-4")).epoch
+        call = asyncio.ensure_future(rt.client.request("calc-py-4", Add(a=4, b=5, sleep_s=3),
+                                                       timeout_ms=60_000))
+
+        async def taken() -> bool:
+            info = await channel.host.info()
+            return bool(info["agents"].get("calc-py-4"))
+
+        await wait_until(taken)
+        await first.kill()
+        second = await reach_connect(other, "calc-py-4").start()  # the other replica
+
+        async def moved() -> bool:
+            record = await rt.cluster.registry().lookup("calc-py-4")
+            return record is not None and record.host == f"{HOST}-b"
+
+        await wait_until(moved)
+        reply = await asyncio.wait_for(call, 60)
+        assert reply.value == Sum(total=9, by="calc-py-4")
+        assert (await rt.cluster.registry().lookup("calc-py-4")).epoch == epoch + 1
+    finally:
+        await first.kill()
+        if second is not None:
+            await second.stop()
+        other.close()

@@ -482,3 +482,61 @@ def test_a_siblings_failure_leaves_a_remote_child_be_and_stopping_removes_it() -
         await eventually(lambda: _true(sock.closed is not None))
 
     on_channel(scenario)
+
+
+# -- a reconnect through another gateway replica -----------------------------------------------------
+
+
+def test_an_agent_reconnecting_through_another_replica_within_the_grace_is_restarted_there(
+        ) -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        other_host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
+        other = Gateway(fake, other_host, Starlette(routes=channel_routes(
+            fake, GatewayOptions(auth=False), other_host,
+            ChannelOptions(max_frame_bytes=4096, grace_s=5.0))), gw.master, gw.token)
+        first, sock = await gw.connect("calc-1")
+        epoch = (await fake.registry().lookup("calc-1")).epoch
+        watch = asyncio.ensure_future(gw.host.watch_agent("calc-1"))
+        taken = asyncio.ensure_future(rt.client.request("calc-1", Add(a=2, b=2, sleep_s=5),
+                                                        timeout_ms=30_000))
+        await eventually(lambda: _true(bool(first._running)))
+        gw.kill(first)
+        await sock.drop()
+        queued = asyncio.ensure_future(rt.client.request("calc-1", Add(a=1, b=1),
+                                                         timeout_ms=30_000))
+        await asyncio.sleep(1.0)  # within the grace: the replica it left still holds it
+        assert not taken.done()
+        assert not queued.done()
+        second, _ = await other.connect("calc-1", Calculator())
+        assert second.epoch == epoch + 1
+        record = await fake.registry().lookup("calc-1")
+        assert (record.host, record.epoch) == (f"{HOST}-b", epoch + 1)
+        assert (await taken).value == Sum(total=4, by="calc-1")  # resent, pending_policy
+        assert (await queued).value == Sum(total=2, by="calc-1")
+        assert second.handled == 2
+        exit_ = await watch  # its restart, as the replica it left tells its watchers
+        assert not exit_.normal
+        assert f"reconnected through {HOST}-b" in exit_.reason
+        await asyncio.sleep(6.0)  # the first replica's grace period passes: nothing happens
+        assert (await fake.registry().lookup("calc-1")).host == f"{HOST}-b"
+        assert (await rt.client.request("calc-1", Add(a=3, b=3))).value.total == 6
+        other.runners.clear()
+
+    on_channel(scenario)
+
+
+def test_an_agent_connected_through_one_replica_is_refused_by_another() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        other_host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
+        other = Gateway(fake, other_host, Starlette(routes=channel_routes(
+            fake, GatewayOptions(auth=False), other_host,
+            ChannelOptions(max_frame_bytes=4096, grace_s=5.0))), gw.master, gw.token)
+        await gw.connect("calc-1")
+        runner = RemoteAgentRunner(Calculator(), "calc-1", None, clock=clock.now)
+        sock = other.socket()
+        code = await runner.run(sock)
+        assert code == CloseCode.ALREADY_ONLINE
+        assert (await fake.registry().lookup("calc-1")).host == HOST
+
+    on_channel(scenario)
