@@ -484,7 +484,7 @@ def test_a_siblings_failure_leaves_a_remote_child_be_and_stopping_removes_it() -
     on_channel(scenario)
 
 
-# -- a reconnect through another gateway replica -----------------------------------------------------
+# -- a reconnect through another gateway replica ----------------------------------------------
 
 
 def test_an_agent_reconnecting_through_another_replica_within_the_grace_is_restarted_there(
