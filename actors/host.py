@@ -267,7 +267,8 @@ class AgentHost:
             await asyncio.sleep(0)  # one iteration runs every handler that needs no I/O
             if not all(t.done() for t in tasks):
                 await asyncio.wait(tasks, timeout=LINGER_S)
-        replies = sink.close()
+        # With the replies of this call, those of the caller's earlier calls not sent yet.
+        replies = sink.close() + self.transport.take_replies(reply_to)
         if not replies:
             return not_here, None
         messages(replies, "sent")

@@ -31,6 +31,9 @@ log = logging.getLogger("reach._runtime.transport")
 #: How long requests waiting on a dead endpoint wait for replies it sent just before dying.
 WATCH_GRACE_S = 0.25
 
+#: How many streamed requests a transport remembers (see :meth:`Transport.take_replies`).
+STREAMS_REMEMBERED = 10_000
+
 #: Schema of the end-of-stream marker that closes a streamed reply.
 STREAM_END_SCHEMA = "reach.stream.end@1.0"
 
@@ -101,6 +104,9 @@ class Transport:
         self._drains: set[asyncio.Task[None]] = set()
         # Invariant: every pending request is keyed by its msg_id and names its endpoint.
         self.pending: dict[str, Pending] = {}
+        # Request IDs whose replies are streamed from here (their chunks went out), as an
+        # ordered set of the most recent ones: their final replies keep the outbox's order.
+        self._streamed: dict[str, None] = {}
         self.batches_sent = 0
         self.envelopes_sent = 0
 
@@ -123,11 +129,34 @@ class Transport:
                 raise
             box = self._outboxes[endpoint] = _Outbox(endpoint, port)
         box.queue.append(envelope)
+        if envelope.msg_type is MsgType.EVENT and envelope.request_id is not None:
+            self._streamed[envelope.request_id] = None
+            if len(self._streamed) > STREAMS_REMEMBERED:
+                del self._streamed[next(iter(self._streamed))]
         if not box.busy:
             box.busy = True
             drain = asyncio.get_running_loop().create_task(self._drain(box))
             self._drains.add(drain)
             drain.add_done_callback(self._drains.discard)
+
+    def take_replies(self, endpoint: str) -> list[Envelope]:
+        """Removes and returns the replies queued for ``endpoint`` that have not left yet, for a
+        call from that endpoint to carry back in its return (no Ray call of their own, and none
+        through a driver's inbox). The chunks of a streamed reply, and the reply that ends the
+        stream, stay queued: they keep their order."""
+        box = self._outboxes.get(endpoint)
+        if box is None or not box.queue:
+            return []
+        taken: list[Envelope] = []
+        kept: list[Envelope] = []
+        for env in box.queue:
+            final = env.msg_type is MsgType.RESPONSE or env.msg_type is MsgType.ERROR
+            if final and env.request_id is not None and env.request_id not in self._streamed:
+                taken.append(env)
+            else:
+                kept.append(env)
+        box.queue[:] = kept
+        return taken
 
     def expect(self, envelope: Envelope, endpoint: str, *, stream: bool = False) -> Pending:
         """Registers a pending reply for a request about to be posted to ``endpoint``."""

@@ -660,3 +660,64 @@ def test_a_late_reply_from_an_earlier_holder_of_the_request_id_is_not_taken_for_
         assert reply.value.by == "b"
 
     run(scenario)
+
+
+def test_replies_queued_for_a_caller_leave_with_its_next_call_and_streams_keep_order() -> None:
+    from reach._runtime.transport import STREAM_END_SCHEMA, Transport
+    from reach.errors import ReachError
+    from reach.protocol import Envelope, MsgType
+
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        caller = rt.transport.endpoint
+        transport = Transport("reach.host.replies", fake)
+        plain = Envelope.request("c-1", "e-1", Ask(text="a"))
+        streamed = Envelope.request("c-1", "e-1", Ask(text="b"))
+        failed = Envelope.request("c-1", "e-1", Ask(text="c"))
+        posted = [plain.reply(Answer(text="a", by="e-1")),
+                  Envelope(msg_type=MsgType.EVENT, sender="e-1", receiver="c-1",
+                           payload={"text": "b1", "by": "e-1"}, payload_schema="fake.answer@1.0",
+                           request_id=streamed.msg_id),
+                  streamed.reply({"chunks": 1}, STREAM_END_SCHEMA, sender="e-1"),
+                  failed.fail(ReachError("no"), sender="e-1"),
+                  Envelope.notification("e-1", "c-1", Ask(text="note"))]
+        for env in posted:
+            transport.post(caller, env)  # queued: its outbox sends on the next iteration
+        taken = transport.take_replies(caller)
+        # The plain reply and the error ride back; the stream's chunk and end, and what is not
+        # a reply, keep their places in the outbox.
+        assert [e.msg_id for e in taken] == [posted[0].msg_id, posted[3].msg_id]
+        assert transport.take_replies(caller) == []
+        assert transport.take_replies("reach.host.nobody") == []
+        await transport.flush()
+
+    run(scenario)
+
+
+def test_a_slow_reply_rides_back_on_the_callers_next_call_to_its_host() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1", placement=packed())
+        inbox = rt.transport.endpoint
+        delivered = fake._procs[inbox].obj.deliver
+
+        async def loaded(frame: bytes, reply_to: str) -> Any:  # a busy machine's Ray call
+            await asyncio.sleep(0.02)
+            return await delivered(frame, reply_to)
+
+        fake._procs[inbox].obj.deliver = loaded
+        # Slow requests: while the host's call to the inbox is under way, the replies that
+        # follow queue up, and the caller's next call to the host takes them back with it.
+        calls = [asyncio.ensure_future(rt.client.request("e-1", Ask(text=str(i),
+                                                                    sleep_s=0.01 * (i % 7))))
+                 for i in range(200)]
+        for i in range(0, 200, 5):
+            await asyncio.sleep(0.005)
+            calls.append(asyncio.ensure_future(rt.client.request("e-1", Ask(text=f"x{i}"))))
+        replies = await asyncio.gather(*calls)
+        assert len(replies) == 240
+        host = (await rt.cluster.registry().lookup("e-1")).host
+        through_inbox = (await rt.cluster.host(host).info())["envelopes_sent"]
+        assert through_inbox < 130  # half the late replies rode back on the caller's next calls
+
+    run(scenario)
