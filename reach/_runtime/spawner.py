@@ -16,6 +16,7 @@ them: its spawn fails.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Collection, Sequence
@@ -187,11 +188,16 @@ class Spawner:
     async def keep_spares(self, p: Dedicated, node: str,
                           classes: Sequence[type[Agent]] = ()) -> None:
         """Tops up the warm spares of ``p``'s shape on ``node`` to the deployment's count
-        (new ones with ``classes`` loaded ahead)."""
+        (new ones with ``classes`` loaded ahead), and looks up the ones ready there, so that a
+        restart taking one need not."""
         if self.limits.spares <= 0:
             return
         offered = await self.cluster.registry().spares()
-        have = len(offered.get(f"{node} {shape_key(p)}", ()))
+        ready = offered.get(f"{node} {shape_key(p)}", ())
+        for name in ready:  # looked up by name now, not on a restart's path
+            with contextlib.suppress(AgentUnavailable):
+                self.cluster.host(name)
+        have = len(ready)
         if have < self.limits.spares:
             self.start_spares(p, [node], self.limits.spares - have, classes)
 
