@@ -540,3 +540,30 @@ def test_an_agent_connected_through_one_replica_is_refused_by_another() -> None:
         assert (await fake.registry().lookup("calc-1")).host == HOST
 
     on_channel(scenario)
+
+
+def test_a_supervised_remote_agent_whose_replica_dies_comes_back_through_another() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        other_host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
+        other = Gateway(fake, other_host, Starlette(routes=channel_routes(
+            fake, GatewayOptions(auth=False), other_host,
+            ChannelOptions(max_frame_bytes=4096, grace_s=5.0))), gw.master, gw.token)
+        first, _ = await gw.connect("calc-1")
+        sup = await rt.supervise(reach.SupervisorSpec("s", children=[
+            reach.RemoteChild("calc-1", connect_within_s=30)]))
+        gw.kill(first)
+        fake.crash(HOST)  # the replica's host dies with the agent's registration
+
+        async def awaited() -> bool:
+            record = await fake.registry().lookup("calc-1")
+            return record is not None and record.status is AgentStatus.RESTARTING
+
+        assert await eventually(awaited)
+        await other.connect("calc-1", Calculator())  # accepted at once: not 4409
+        assert (await rt.client.request("calc-1", Add(a=5, b=5))).value.total == 10
+        (restart,) = (await sup.status()).restarts
+        assert restart.placement is reach.RestartPlacement.REMOTE
+        other.runners.clear()
+
+    on_channel(scenario)
