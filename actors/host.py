@@ -212,10 +212,13 @@ class AgentHost:
         return await self._leave(agent_ids, timeout_s, True, "stopped")
 
     async def _leave(self, agent_ids: list[str], timeout_s: float, normal: bool,
-                     reason: str) -> int:
+                     reason: str, *, deregister: bool = True) -> int:
+        """Drops agents (deregistered first, unless another host has taken them over) and
+        tells their watchers why."""
         here = [i for i in agent_ids if i in self.runners]
         try:
-            await self._registry_call("deregister", [here, self.name])
+            if deregister:
+                await self._registry_call("deregister", [here, self.name])
         except Exception as exc:  # the registry may be restarting; its table rebuilds anyway
             log.warning("deregistering %s failed: %s", here, exc)
         runners = [self.runners.pop(i) for i in here]

@@ -48,7 +48,7 @@ from reach.errors import (
     RequestTimeout,
 )
 from reach.protocol import Envelope, MsgType
-from reach.records import AgentExit, AgentRecord, AgentStatus
+from reach.records import AgentRecord, AgentStatus
 from reach.remote.wire import (
     CAPABILITY_PREFIX,
     HELLO_WINDOW_S,
@@ -261,7 +261,6 @@ class RemoteHost(AgentHost):
     def __init__(self, name: str, cluster: Cluster, limits: CallLimits,
                  grace_s: float = GRACE_S, queue_limit: int = QUEUE_LIMIT) -> None:
         super().__init__(name, cluster, limits)
-        self.cluster = cluster
         self.grace_s = grace_s
         self.queue_limit = queue_limit
         self.runners: dict[str, RemoteRunner] = {}  # type: ignore[assignment]
@@ -347,7 +346,7 @@ class RemoteHost(AgentHost):
             return None
         try:
             handed: list[list[Any]] | None = await cast(
-                RemoteHostPort, self.cluster.host(rec.host)).hand_over(agent_id, self.name)
+                RemoteHostPort, self.link.cluster.host(rec.host)).hand_over(agent_id, self.name)
         except ReachError as exc:  # that replica is gone: its record expires with its beats
             log.info("%s could not take %s over from %s: %s", self.name, agent_id, rec.host, exc)
             return None
@@ -361,13 +360,10 @@ class RemoteHost(AgentHost):
         if runner is None or runner.conn is not None:
             return None
         handed = runner.hand_over()
-        del self.runners[agent_id]
-        self.down.discard(agent_id)
         self.trail.record(self.name, agent_id, capability="reach.connect", msg_type="connect",
                           outcome=f"moved: to {to}")
-        exit_ = self._exits.pop(agent_id, None)
-        if exit_ is not None and not exit_.done():  # its restart, elsewhere
-            exit_.set_result(AgentExit(False, f"reconnected through {to}"))
+        # Its restart, elsewhere: the host it went to registers it over this one's record.
+        await self._leave([agent_id], 0.0, False, f"reconnected through {to}", deregister=False)
         return handed
 
     def _check(self, hello: Hello) -> WireRefusal | None:

@@ -320,16 +320,16 @@ class Supervisor:
                     restart_types={c: s.restart for c, s in self.specs.items()},
                     strategy=self.spec.strategy, intensity=self.spec.intensity,
                     backoff=self.spec.backoff, history=self.history, now=clock.monotonic(),
-                    rng=self.rng))
+                    rng=self.rng, external=[c for c, s in self.specs.items()
+                                            if isinstance(s, RemoteChild)]))
 
     def _siblings_may_follow(self) -> bool:
         """Whether a live child shares a host or a node with one that just exited (its exit, if
         the host or node died, is on its way: one failure event); an agent alone where it runs
         is restarted at once."""
         exited = {e.child_id for e in self._exits}
-        places = {self._place(c) for c in exited}
-        return any(self._place(c) & set().union(*places)
-                   for c in self.started if c not in exited)
+        where = frozenset().union(*(self._place(c) for c in exited))
+        return any(self._place(c) & where for c in self.started if c not in exited)
 
     def _place(self, child_id: str) -> frozenset[str]:
         """Where a child runs: its host and its node (a node's death takes all of them);
@@ -352,16 +352,11 @@ class Supervisor:
         # Callers hold their requests while an agent restarts: the mark goes out now, and is
         # not waited for (it names the epochs it is about, so that it cannot land on a new
         # incarnation that registered first).
-        # A remote child is not the supervisor's to start: a sibling's failure leaves it be.
-        died = {e.child_id for e in batch}
-        restart = [c for c in plan.restart
-                   if c in died or not isinstance(self.specs[c], RemoteChild)]
-        stop = [c for c in plan.stop if c in died or not isinstance(self.specs[c], RemoteChild)]
-        marked = [c for c in restart if c in self.hosts]
+        marked = [c for c in plan.restart if c in self.hosts]
         marking = self._mark(marked, AgentStatus.RESTARTING,
                              {c: self.epochs[c] for c in marked if c in self.epochs})
-        await self._stop_children(stop)
-        for child_id in restart:
+        await self._stop_children(list(plan.stop))
+        for child_id in plan.restart:
             if child_id in self.started:
                 self.started.remove(child_id)
             self.hosts.pop(child_id, None)
@@ -374,9 +369,9 @@ class Supervisor:
         if self.spec.strategy is Strategy.ONE_FOR_ONE:
             # Independent children (one host's agents, dying together) come back together.
             await asyncio.gather(*(self._restart_child(c, plan, detected)
-                                   for c in restart))
+                                   for c in plan.restart))
         else:  # their order matters: one after another, in start order
-            for child_id in restart:
+            for child_id in plan.restart:
                 await self._restart_child(child_id, plan, detected)
         try:
             await marking

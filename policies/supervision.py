@@ -16,7 +16,7 @@ Everything here is pure: the clock's reading and the random generator are passed
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -160,6 +160,7 @@ def plan_restart(
     history: Sequence[float],
     now: float,
     rng: random.Random,
+    external: Collection[str] = (),
 ) -> RestartPlan:
     """Decides what a supervisor does about a batch of exits detected together.
 
@@ -177,6 +178,9 @@ def plan_restart(
         history: The times of the earlier restarts still inside the period.
         now: The monotonic clock's reading.
         rng: The source of the backoff's jitter (drawn from only when children restart).
+        external: Children the supervisor did not start and cannot (agents that dial in): a
+            sibling's failure neither stops nor restarts them; their own exit restarts them
+            (the supervisor awaits them) as their restart type says.
 
     Returns:
         The plan. An exit of a child not in ``started`` restarts nothing (it is in ``ended`` when
@@ -186,9 +190,12 @@ def plan_restart(
         KeyError: An exit names a child that has no entry in ``restart_types``.
     """
     ended, live, to_start = _sweep(exits, started, restart_types, strategy)
+    exited: dict[str, str] = {}
+    for e in exits:
+        exited.setdefault(e.child_id, e.reason)  # a child that exited twice: its first reason
     # Only live children restart: a later exit of the batch may have ended one the sweep
     # meant to restart, and a batch that restarts nothing is no restart at all.
-    restart = tuple(c for c in live if c in to_start)
+    restart = tuple(c for c in live if c in to_start and (c in exited or c not in external))
     if not restart:
         return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
                            history=tuple(history), give_up=False, reasons={})
@@ -196,9 +203,6 @@ def plan_restart(
     if exceeded:
         return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
                            history=new_history, give_up=True, reasons={})
-    exited: dict[str, str] = {}
-    for e in exits:
-        exited.setdefault(e.child_id, e.reason)  # a child that exited twice: its first reason
     return RestartPlan(
         ended=ended,
         stop=tuple(c for c in reversed(restart) if c not in exited),

@@ -218,9 +218,14 @@ class Spawner:
         self._classes.setdefault(p.pool, set()).add(cls)
         self._loaded.add((placed_on, cls))
         for host in self._pools.get(p.pool, []):
-            if (host.name, cls) not in self._loaded:
-                self._loaded.add((host.name, cls))
-                _read_later(host.preload([cls]), f"preloading {host.name} failed")
+            self._preload(host, [cls])
+
+    def _preload(self, host: HostPort, classes: Collection[type[Agent]]) -> None:
+        """Has a pool host load the ``classes`` it does not hold yet (in the background)."""
+        new = [c for c in classes if (host.name, c) not in self._loaded]
+        if new:
+            self._loaded.update((host.name, c) for c in new)
+            _read_later(host.preload(new), f"preloading {host.name} failed")
 
     async def _in_pool(self, cls: type[Agent], agent_ids: Sequence[str], p: Packed,
                        ) -> list[tuple[HostPort, list[str], bool]]:
@@ -322,12 +327,9 @@ class Spawner:
                 failure = exc
                 await asyncio.sleep(REPLACE_WAIT_S * (attempt + 1))
                 continue
-            # A new process: it has none of the pool's classes until given them.
-            classes = self._classes.get(p.pool, set())
-            self._loaded.difference_update((name, c) for c in classes)
-            if classes:
-                self._loaded.update((name, c) for c in classes)
-                _read_later(host.preload(list(classes)), f"preloading {name} failed")
+            # A new process: it holds none of the pool's classes until given them.
+            self._loaded = {(h, c) for h, c in self._loaded if h != name}
+            self._preload(host, self._classes.get(p.pool, ()))
             hosts = self._pools.get(p.pool)
             if hosts is not None and i < len(hosts):
                 hosts[i] = host

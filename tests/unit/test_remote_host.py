@@ -81,6 +81,14 @@ class Gateway:
         return await self.fake.store().audit_records(None, agent_id, 100)
 
 
+def second_replica(fake: FakeCluster, gw: Gateway) -> Gateway:
+    """Another gateway replica's channel and RemoteHost, beside ``gw``'s (its grace 5 s)."""
+    host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
+    app = Starlette(routes=channel_routes(fake, GatewayOptions(auth=False), host,
+                                          ChannelOptions(max_frame_bytes=4096, grace_s=5.0)))
+    return Gateway(fake, host, app, gw.master, gw.token)
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -427,10 +435,14 @@ def test_a_remote_child_gone_past_the_grace_is_restarted_when_it_connects_again(
             reach.RemoteChild("calc-1", connect_within_s=30)]))
         gw.kill(first)
         await sock.drop()
-        await asyncio.sleep(6.0)  # past the 5 s grace: dead to its supervisor
-        record = await fake.registry().lookup("calc-1")
-        assert record is not None
-        assert record.status is AgentStatus.RESTARTING  # callers hold while it is awaited
+
+        async def awaited() -> bool:  # past the 5 s grace: dead to its supervisor, awaited
+            record = await fake.registry().lookup("calc-1")
+            return record is not None and record.status is AgentStatus.RESTARTING
+
+        gone = clock.monotonic()
+        assert await eventually(awaited)  # callers hold while it is awaited
+        assert clock.monotonic() - gone >= 5.0
         call = asyncio.ensure_future(rt.client.request("calc-1", Add(a=1, b=2),
                                                        timeout_ms=20_000))
         again, _ = await gw.connect("calc-1")
@@ -491,10 +503,7 @@ def test_an_agent_reconnecting_through_another_replica_within_the_grace_is_resta
         ) -> None:
     async def scenario(fake: FakeCluster, gw: Gateway) -> None:
         rt = fake.runtime()
-        other_host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
-        other = Gateway(fake, other_host, Starlette(routes=channel_routes(
-            fake, GatewayOptions(auth=False), other_host,
-            ChannelOptions(max_frame_bytes=4096, grace_s=5.0))), gw.master, gw.token)
+        other = second_replica(fake, gw)
         first, sock = await gw.connect("calc-1")
         epoch = (await fake.registry().lookup("calc-1")).epoch
         watch = asyncio.ensure_future(gw.host.watch_agent("calc-1"))
@@ -528,10 +537,7 @@ def test_an_agent_reconnecting_through_another_replica_within_the_grace_is_resta
 
 def test_an_agent_connected_through_one_replica_is_refused_by_another() -> None:
     async def scenario(fake: FakeCluster, gw: Gateway) -> None:
-        other_host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
-        other = Gateway(fake, other_host, Starlette(routes=channel_routes(
-            fake, GatewayOptions(auth=False), other_host,
-            ChannelOptions(max_frame_bytes=4096, grace_s=5.0))), gw.master, gw.token)
+        other = second_replica(fake, gw)
         await gw.connect("calc-1")
         runner = RemoteAgentRunner(Calculator(), "calc-1", None, clock=clock.now)
         sock = other.socket()
@@ -545,10 +551,7 @@ def test_an_agent_connected_through_one_replica_is_refused_by_another() -> None:
 def test_a_supervised_remote_agent_whose_replica_dies_comes_back_through_another() -> None:
     async def scenario(fake: FakeCluster, gw: Gateway) -> None:
         rt = fake.runtime()
-        other_host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
-        other = Gateway(fake, other_host, Starlette(routes=channel_routes(
-            fake, GatewayOptions(auth=False), other_host,
-            ChannelOptions(max_frame_bytes=4096, grace_s=5.0))), gw.master, gw.token)
+        other = second_replica(fake, gw)
         first, _ = await gw.connect("calc-1")
         sup = await rt.supervise(reach.SupervisorSpec("s", children=[
             reach.RemoteChild("calc-1", connect_within_s=30)]))

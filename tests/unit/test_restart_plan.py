@@ -92,6 +92,22 @@ def test_rest_for_one_restarts_the_crashed_child_and_those_started_after_it(
     assert result.stop == stop
 
 
+@pytest.mark.parametrize("strategy", [Strategy.ONE_FOR_ALL, Strategy.REST_FOR_ONE])
+def test_a_sibling_the_supervisor_cannot_start_is_neither_stopped_nor_restarted(
+        strategy: Strategy) -> None:
+    result = plan_restart(
+        [crash("b")], started=CHILDREN, restart_types=PERMANENT, strategy=strategy,
+        intensity=THREE_IN_TEN, backoff=BACKOFF, history=(), now=NOW, rng=random.Random(0),
+        external={"c"})
+    assert "c" not in result.restart
+    assert "c" not in result.stop
+    own = plan_restart(
+        [crash("c")], started=CHILDREN, restart_types=PERMANENT, strategy=strategy,
+        intensity=THREE_IN_TEN, backoff=BACKOFF, history=(), now=NOW, rng=random.Random(0),
+        external={"c"})
+    assert "c" in own.restart  # its own exit restarts it (its supervisor awaits it)
+
+
 def test_a_sibling_swept_along_is_restarted_because_a_sibling_restarted() -> None:
     assert SIBLING_RESTARTED == "sibling restarted"
     assert plan(crash("c"), strategy=Strategy.REST_FOR_ONE).reasons["d"] == "sibling restarted"
