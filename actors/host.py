@@ -128,7 +128,8 @@ class AgentHost:
             agent._reach_exit = self._exit_hook(agent_id)  # type: ignore[attr-defined]
             agent._reach_available = self._available_hook(agent_id)  # type: ignore[attr-defined]
             await agent.on_start()
-            fresh[agent_id] = AgentRunner(agent, self.link, audit=self._audit)
+            fresh[agent_id] = AgentRunner(agent, self.link, audit=self._audit,
+                                           refused=self._audit_refusal)
         entries = [self._entry(r.agent) for r in fresh.values()]
         await self._acl_ready()  # before the first agent can be called
         epochs = await self._registry_call("register_many", [entries, True])

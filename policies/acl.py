@@ -65,3 +65,30 @@ def check(acl: Acl, caller: str, caller_caps: Sequence[str],
     what = ", ".join(callee_caps) or "an agent with no capability"
     return AclDecision(acl.default_allow, None,
                        f"no rule matched {caller} calling {what}; the default {verb}")
+
+
+#: The right a rule grants by naming it among its capabilities, literally (a glob such as ``*``
+#: does not grant it): to cancel requests that other callers sent.
+CANCEL_RIGHT = "reach.cancel"
+
+
+def may_cancel(acl: Acl, canceller: str, canceller_caps: Sequence[str],
+               requester: str) -> AclDecision:
+    """Decides whether ``canceller`` may cancel a request that ``requester`` sent.
+
+    A request's own sender may always cancel it (a supervisor or gateway replica owning a task
+    is the sender of the task's requests). Anyone else needs a rule that names
+    :data:`CANCEL_RIGHT` among its capabilities and matches the canceller; the first such rule
+    decides, and with none the cancel is refused, whatever the ACL's default: a cancel ends
+    someone else's work, so it is never allowed by default.
+    """
+    if canceller == requester:
+        return AclDecision(True, None, f"{canceller} sent the request")
+    for index, rule in enumerate(acl.rules):
+        if CANCEL_RIGHT in rule.capabilities and _caller_matches(rule.callers, canceller,
+                                                                 canceller_caps):
+            verb = "may" if rule.allow else "may not"
+            return AclDecision(rule.allow, index,
+                               f"rule {index}: {canceller} {verb} cancel others' requests")
+    return AclDecision(False, None, f"{canceller} did not send the request (its sender is "
+                                    f"{requester}) and no rule grants it {CANCEL_RIGHT}")

@@ -20,9 +20,7 @@ rule                      meaning
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 import reprlib
 import time
 from collections.abc import Mapping
@@ -48,32 +46,16 @@ class MsgType(StrEnum):
     ERROR = "error"
 
 
-class _Ids:
-    """Unique IDs without a system call each: 64 random bits, then a per-process counter.
-
-    The random half comes first so that a shortened ID (as logs print them) still tells IDs
-    apart; the counter makes them unique within a process, and the generator, seeded from the
-    operating system, is seeded again in a forked child. IDs must be unique, not secret.
-    """
-
-    def __init__(self) -> None:
-        self.reset()
-        os.register_at_fork(after_in_child=self.reset)
-
-    def reset(self) -> None:
-        self.rng = random.Random(os.urandom(16))
-        self.counter = itertools.count(1)
-
-    def next(self) -> str:
-        return f"{self.rng.getrandbits(64):016x}{next(self.counter):016x}"
-
-
-_ids = _Ids()
-
-
 def new_id() -> str:
-    """A fresh unique identifier, as 32 hex digits (64 random bits and a counter)."""
-    return _ids.next()
+    """A fresh identifier for a message, request, task, trace or session: 32 hex digits, the
+    128 bits of which come from the operating system's CSPRNG (as a UUID4's do).
+
+    IDs must be unique *and* unpredictable: a request's ID is what a cancel names, and a task's
+    is what an A2A caller gets and follows, so a caller who could guess the next one could act
+    on another's. A Mersenne Twister's output can be predicted from 624 of its words; the
+    system's generator cannot. It is also fork-safe and thread-safe, with no state of ours.
+    """
+    return os.urandom(16).hex()
 
 
 Payload = dict[StrictStr, Any]

@@ -115,7 +115,7 @@ export class RemoteAgent {
     this.ws = null;
     this.epoch = 0;
     this.outbox = [];
-    this.running = new Map(); // msg_id -> {cancelled}
+    this.running = new Map(); // msg_id -> {cancelled, sender}
     this.answered = new Set();
     this.waiting = new Map(); // msg_id -> {resolve, reject}
     this.stopping = false;
@@ -226,12 +226,13 @@ export class RemoteAgent {
       return;
     }
     if (env.payload_schema === CANCEL_SCHEMA) {
+      // Obeyed only from the request's own sender (reach's host sends its cancels as that sender).
       const run = this.running.get(env.payload.request_id);
-      if (run) run.cancelled = true;
+      if (run && run.sender === env.sender) run.cancelled = true;
       return;
     }
     if (this.running.has(env.msg_id) || this.answered.has(env.msg_id)) return; // re-sent: answered already
-    const run = { cancelled: false };
+    const run = { cancelled: false, sender: env.sender };
     this.running.set(env.msg_id, run);
     this._handle(env, run, Date.now()).finally(() => {
       this.running.delete(env.msg_id);

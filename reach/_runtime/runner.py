@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from policies.acl import CANCEL_RIGHT, Acl, may_cancel
 from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
 from reach import clock
@@ -24,6 +25,7 @@ from reach.client import Client, Link
 from reach.context import Context
 from reach.errors import (
     AgentUnavailable,
+    AuthError,
     HandlerError,
     ProtocolError,
     ReachError,
@@ -73,16 +75,23 @@ class ReplySink:
         return collected
 
 
+#: Records a refusal: ``(caller, callee, capability, error, trace_id)``.
+Refusals = Callable[[str, str, str, ReachError, str | None], None]
+
+
 class AgentRunner:
     """One live agent in a host: its instance, its in-flight count, its running handler tasks."""
 
     def __init__(self, agent: Agent, link: Link,
-                 audit: Callable[[Envelope, str], None] | None = None) -> None:
+                 audit: Callable[[Envelope, str], None] | None = None,
+                 refused: Refusals | None = None) -> None:
         self.agent = agent
         self.link = link
         # Hears each handled envelope's outcome for the audit log: "ok", "error: <code>", or
         # DISCARDED (a result fenced off by a later holder of the same request).
         self.audit = audit
+        # Hears the refusals the runner decides itself (a cancel from a stranger): always audited.
+        self.refused = refused
         self.inflight = 0
         self.handled = 0
         # Invariant: every running handler task maps to the envelope it handles.
@@ -123,9 +132,44 @@ class AgentRunner:
         if env.payload_schema == LIMITS_SCHEMA and env.msg_type is MsgType.REQUEST:
             sink.send(env.reply(limits_payload(self.agent), LIMITS_SCHEMA, sender=self.agent.id))
         elif env.payload_schema == CANCEL_SCHEMA:
-            why = TaskCancelled(f"cancelled by {env.sender}: {env.payload.get('reason', '')}",
-                                details={"request_id": str(env.payload.get("request_id"))})
-            self.cancel(why, request_id=str(env.payload.get("request_id")))
+            self._on_cancel(env, sink)
+
+    def _on_cancel(self, env: Envelope, sink: ReplySink) -> None:
+        """A cancel notice (or request): obeyed only from whom :func:`may_cancel` allows: the
+        request's own sender, or a caller an ACL rule grants ``reach.cancel``. A refusal is a
+        fatal AuthError (``not_your_request``), audited with the canceller; the request runs on.
+        A cancel sent as a request is answered (``{"cancelled": n}``, or the refusal)."""
+        request_id = str(env.payload.get("request_id"))
+        target = next((e for e in self._tasks.values() if e.msg_id == request_id), None)
+        if target is not None and env.sender != target.sender:
+            guard = self.link.transport.codec.guard
+            caps = self.link.directory.known_principal(env.sender) or ()
+            decision = may_cancel(guard.acl if guard is not None else Acl(), env.sender, caps,
+                                  target.sender)
+            if not decision.allowed:
+                self._refuse_cancel(env, sink, AuthError(
+                    f"{env.sender!r} may not cancel request {request_id}: {decision.reason}",
+                    suggestion="only a request's sender (or a caller the ACL grants "
+                               f"{CANCEL_RIGHT}) may cancel it",
+                    details={"reason": "not_your_request", "principal": env.sender,
+                             "request_id": request_id}))
+                return
+        why = TaskCancelled(f"cancelled by {env.sender}: {env.payload.get('reason', '')}",
+                            details={"request_id": request_id})
+        hit = self.cancel(why, request_id=request_id)
+        if self.audit is not None:
+            self.audit(env, f"ok: cancelled {hit}")
+        if env.msg_type is MsgType.REQUEST:
+            sink.send(env.reply({"cancelled": hit}, CANCEL_SCHEMA, sender=self.agent.id))
+
+    def _refuse_cancel(self, env: Envelope, sink: ReplySink, error: AuthError) -> None:
+        if self.refused is not None:
+            self.refused(env.sender, self.agent.id, CANCEL_SCHEMA, error, env.trace_id)
+        else:
+            log.warning("refused a cancel from %s: %s (trace %s)", env.sender, error.message,
+                        env.trace_id)
+        if env.msg_type is MsgType.REQUEST:
+            sink.send(env.fail(error, sender=self.agent.id))
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)

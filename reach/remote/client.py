@@ -125,6 +125,9 @@ class RemoteAgentRunner:
         self._writer: asyncio.Task[None] | None = None
         # Invariant: every request being handled maps to its task, until its reply is queued.
         self._running: dict[str, asyncio.Task[None]] = {}
+        # The sender of each running request: the only one (besides reach's host, which sends
+        # its cancels as that sender) whose cancel is obeyed.
+        self._senders: dict[str, str] = {}
         self._answered: OrderedDict[str, None] = OrderedDict()
         self._waiting: dict[str, asyncio.Future[Envelope] | asyncio.Queue[Envelope]] = {}
         self.handled = 0
@@ -240,12 +243,19 @@ class RemoteAgentRunner:
         if env.request_id is not None and env.msg_type is not MsgType.REQUEST:
             self._on_reply(env)
         elif env.payload_schema == CANCEL_SCHEMA:
-            task = self._running.get(str(env.payload.get("request_id")))
-            if task is not None:
-                task.cancel()
+            request_id = str(env.payload.get("request_id"))
+            task = self._running.get(request_id)
+            if task is not None and self._senders.get(request_id) == env.sender:
+                # After the task's first step (scheduled before this), so that even a handler
+                # that has not started yet answers its caller with the cancellation.
+                asyncio.get_running_loop().call_soon(task.cancel)
+            elif task is not None:
+                log.warning("%s refused a cancel of %s from %s, which did not send it",
+                            self.agent_id, request_id, env.sender)
         elif env.msg_id in self._running or env.msg_id in self._answered:
             return  # re-sent after a reconnect: its reply is on its way, or was sent
         else:
+            self._senders[env.msg_id] = env.sender
             self._running[env.msg_id] = asyncio.get_running_loop().create_task(
                 self._handle(env, self.clock()))
 
@@ -286,6 +296,7 @@ class RemoteAgentRunner:
                                                   "agent_id": self.agent_id}))
         finally:
             self._running.pop(env.msg_id, None)
+            self._senders.pop(env.msg_id, None)
             self._answered[env.msg_id] = None
             if len(self._answered) > ANSWERED_MEMORY:
                 self._answered.popitem(last=False)
