@@ -285,6 +285,12 @@ class Verifier:
         self._signers = {p: w for p, w in self._signers.items() if w.last >= oldest}
         self._next_prune = now + self.window_s / 10
 
+    @property
+    def remembered(self) -> int:
+        """How many signers' nonce windows are kept: those active within the last window (so
+        memory is bounded by signers, not by messages)."""
+        return len(self._signers)
+
     def seen(self, nonce: bytes) -> bool:
         """Whether a nonce is remembered as seen (its replay would be refused by the nonce)."""
         window = self._signers.get(nonce[:8])

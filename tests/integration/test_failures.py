@@ -55,8 +55,15 @@ async def test_a_chain_longer_than_the_maximum_is_refused(rt: Any) -> None:
     assert reply.value.agent_id == ids[9]
 
 
+async def spawned(rt: Any, cls: type[reach.Agent], agent_id: str) -> None:
+    """Spawns ``agent_id`` in the failures pool unless an earlier test did (each test runs
+    alone too)."""
+    with contextlib.suppress(reach.AgentAlreadyExists):
+        await rt.spawn(cls, agent_id, placement=reach.Packed(pool="failures"))
+
+
 async def test_a_handler_reach_error_keeps_its_severity(rt: Any) -> None:
-    await rt.spawn(Faulty, "f-faulty", placement=reach.Packed(pool="failures"))
+    await spawned(rt, Faulty, "f-faulty")
     with pytest.raises(reach.ReachError) as err:
         await rt.client.request("f-faulty", Text(text="degrade"))
     assert err.value.severity is reach.Severity.DEGRADABLE
@@ -64,14 +71,18 @@ async def test_a_handler_reach_error_keeps_its_severity(rt: Any) -> None:
 
 
 async def test_an_unexpected_handler_exception_is_retryable_and_names_its_type(rt: Any) -> None:
+    await spawned(rt, Faulty, "f-faulty")
     with pytest.raises(reach.HandlerError) as err:
         await rt.client.request("f-faulty", Text(text="missing-key"))
     assert err.value.severity is reach.Severity.RETRYABLE
     assert err.value.details["type"] == "KeyError"
     assert "missing-key" in str(err.value)
-    # The agent survived its handler's exception.
-    with pytest.raises(reach.ReachError):
+    # The agent survived its handler's exception: it answers the next request itself (a dead
+    # agent would be AgentUnavailable or AgentNotFound, not its own degradable error).
+    with pytest.raises(reach.ReachError) as again:
         await rt.client.request("f-faulty", Text(text="degrade"))
+    assert again.value.severity is reach.Severity.DEGRADABLE
+    assert again.value.suggestion == "use the partial answer"
 
 
 async def test_a_constructor_that_raises_fails_the_spawn_clearly(rt: Any) -> None:
@@ -82,13 +93,14 @@ async def test_a_constructor_that_raises_fails_the_spawn_clearly(rt: Any) -> Non
 
 
 async def test_streamed_replies_arrive_in_order(rt: Any) -> None:
-    await rt.spawn(Streamer, "f-stream", placement=reach.Packed(pool="failures"))
+    await spawned(rt, Streamer, "f-stream")
     chunks = [c.value.text async for c in rt.client.stream("f-stream", Text(text="s"),
                                                             returns=Text)]
     assert chunks == ["s-0", "s-1", "s-2"]
 
 
 async def test_an_error_mid_stream_arrives_typed_after_the_chunks(rt: Any) -> None:
+    await spawned(rt, Streamer, "f-stream")
     got: list[str] = []
     with pytest.raises(reach.AgentUnavailable, match="mid-stream"):
         async for chunk in rt.client.stream("f-stream", Text(text="boom"), returns=Text):

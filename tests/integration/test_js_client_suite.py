@@ -4,17 +4,15 @@ must stay what docs/wire.md says."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from node_tools import NPM, needs_node
 
 JS = Path(__file__).resolve().parents[2] / "clients" / "js"
-NODE, NPM = shutil.which("node"), shutil.which("npm")
 
 
-@pytest.mark.skipif(NODE is None or NPM is None, reason="node and npm are not installed")
+@needs_node
 def test_the_javascript_reference_agent_passes_its_own_tests() -> None:
     assert NPM is not None
     if not (JS / "node_modules" / "ws" / "package.json").exists():

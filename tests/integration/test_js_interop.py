@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import start_gateway, wait_until
+from node_tools import NODE, NPM, needs_node
 from pydantic import BaseModel
 
 import reach
@@ -33,14 +33,11 @@ from reach.gateway.outbound import connect
 from reach.gateway.outbound_models import A2AEventKind, A2AMessage, A2AState, A2AStreamRequest
 from reach.records import AgentStatus
 
-NODE, NPM = shutil.which("node"), shutil.which("npm")
 JS = Path(__file__).resolve().parents[2] / "interop" / "js"
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(NODE is None or NPM is None,
-                       reason="node and npm are needed for the JavaScript SDK interop tests "
-                              "(Node 20 or later on the PATH)"),
+    needs_node,
 ]
 
 

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 import pytest
 from conftest import start_gateway, wait_until
+from node_tools import NODE, NPM, needs_node
 from remote_agents import Add, Asker, AskMath, Count, Sum
 
 import reach
@@ -38,13 +38,10 @@ from reach.remote.wire import CloseCode, Declaration, agent_secret, frame_text, 
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "clients" / "js"
-NODE, NPM = shutil.which("node"), shutil.which("npm")
 HOST = "reach.remote.test-replica"
 GRACE_S = 20.0
 
 pytestmark = [pytest.mark.integration]
-needs_node = pytest.mark.skipif(NODE is None or NPM is None,
-                                reason="node and npm are needed for the JavaScript agent")
 
 
 def free_port() -> int:
@@ -200,7 +197,11 @@ async def test_the_node_agent_killed_mid_request_reconnects_and_the_request_comp
 
         await wait_until(taken)
         await first.kill()
-        await asyncio.sleep(0)
+
+        async def disconnected() -> bool:  # the channel saw the death: its grace runs
+            return "calc-js-2" not in (await channel.host.info())["connected"]
+
+        await wait_until(disconnected)
         assert not call.done()  # the caller waits for the agent's restart
         second = await node_agent(channel, "calc-js-2").start()
         again = await welcomed(second)

@@ -59,7 +59,9 @@ async def test_every_acknowledged_write_survives_50_kills_of_the_store(rt: Any) 
         kills += 1
         await wait_until(lambda pid=pid: _restarted(rt, pid), timeout_s=60)
     stop.set()
-    await asyncio.gather(*writers, return_exceptions=True)
+    outcomes = await asyncio.gather(*writers, return_exceptions=True)
+    crashed = [o for o in outcomes if isinstance(o, BaseException)]
+    assert not crashed, f"a writer crashed: {crashed[0]!r}"
 
     assert await store.integrity() == "ok"
     assert sum(len(v) for v in acked.values()) > 0

@@ -18,7 +18,7 @@ from policies.tasks import (
     TaskState,
     transition,
 )
-from reach.errors import InvalidTransition, ReachError, Severity
+from reach.errors import InvalidTransition, Severity
 
 S = TaskState
 
@@ -85,8 +85,8 @@ def test_the_terminal_states_are_exactly_those_with_no_way_out() -> None:
     assert no_way_out == TERMINAL
 
 
-def test_an_invalid_transition_is_a_reach_error() -> None:
-    with pytest.raises(ReachError):
+def test_an_invalid_transition_is_refused_as_invalid_transition() -> None:
+    with pytest.raises(InvalidTransition):
         transition(S.COMPLETED, S.RUNNING)
 
 
