@@ -13,7 +13,10 @@ two calls to it in flight at most, whatever the number of agents (:class:`_Bridg
   next wait and then go together (adaptive batching, as the transport does).
 
 Every refusal closes the socket with a :class:`~reach.remote.wire.CloseCode` and a reason, and
-is audited; it touches neither the replica nor any other connection. See ``docs/wire.md``.
+is audited; it touches neither the replica nor any other connection. An envelope that cannot
+travel (nested too deep, not JSON, or one the call into the cluster cannot carry) is refused
+alone, with an ``error`` frame to its sender: it never takes the rest of a batch with it. See
+``docs/wire.md``; the server's own frame limit is ``channel_server.py``'s.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +35,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from reach.cluster import Cluster, RemoteHostPort
 from reach.errors import CodecError, ConfigError, ReachError
 from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
+from reach.gateway.channel_server import REFUSED
 from reach.gateway.options import GatewayOptions
 from reach.remote.wire import (
     CONNECT_PATH,
+    DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FRAME_BYTES,
     WIRE_VERSION,
     Attached,
@@ -44,6 +50,7 @@ from reach.remote.wire import (
     Heartbeat,
     Hello,
     WireRefusal,
+    error_frame,
     frame_text,
     parse_frame,
     refusal,
@@ -59,6 +66,11 @@ class ChannelOptions:
 
     Attributes:
         max_frame_bytes: Largest frame an agent may send (UTF-8 bytes); larger: close 4413.
+            The server serving the channel must be given it too (``uvicorn_settings``), so
+            that a larger frame is refused before it is buffered.
+        max_depth: Levels of objects and arrays an envelope may nest, itself the first
+            (deeper: that envelope is refused with an ``error`` frame); and any other frame
+            (deeper: close 4400).
         hello_timeout_s: Time allowed for the hello after the socket opens; then close 4408.
         heartbeat_s: Interval the welcome asks agents to heartbeat at (keeps NATs open).
         goodbye_linger_s: Time the replica waits, after goodbye, for the agent to close.
@@ -70,6 +82,7 @@ class ChannelOptions:
     """
 
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
     hello_timeout_s: float = 10.0
     heartbeat_s: float = 15.0
     goodbye_linger_s: float = 1.0
@@ -80,8 +93,13 @@ class ChannelOptions:
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 1024:
             raise ConfigError(f"max_frame_bytes must be at least 1024, got {self.max_frame_bytes}")
-        if min(self.hello_timeout_s, self.heartbeat_s, self.grace_s) <= 0:
-            raise ConfigError("hello_timeout_s, heartbeat_s and grace_s must be positive")
+        if self.max_depth < 2:
+            raise ConfigError(f"max_depth must be at least 2 (an envelope and its payload), got "
+                              f"{self.max_depth}")
+        times = (self.hello_timeout_s, self.heartbeat_s, self.grace_s, self.goodbye_linger_s)
+        if min(times) <= 0 or not all(math.isfinite(t) for t in times):
+            raise ConfigError("hello_timeout_s, heartbeat_s, grace_s and goodbye_linger_s must "
+                              "be positive and finite")
         if self.queue_limit < 1 or self.put_backlog < 1:
             raise ConfigError("queue_limit and put_backlog must be at least 1")
 
@@ -199,20 +217,45 @@ class _Bridge:
             while self._inbox:
                 batch, self._inbox = self._inbox, []
                 self._backlog -= sum(len(items) for _, items in batch)
-                try:
-                    refused = await self.host.put([(c.agent_id, c.conn, items)
-                                                   for c, items in batch])
-                except ReachError as exc:
-                    log.warning("the remote host failed: %s", exc)
-                    for conn, _ in batch:
-                        conn.frames.put_nowait(_GONE)
-                    continue
-                by_agent = {c.agent_id: c for c, _ in batch}
-                for agent_id, errors in refused.items():
-                    for error in errors:
-                        by_agent[agent_id].errors.put_nowait(error)
+                await self._hand_over(batch)
         finally:
             self._drained.set()
+
+    async def _hand_over(self, batch: list[tuple[_Connection, list[dict[str, Any]]]]) -> None:
+        """Puts a batch; if the call cannot carry it (an envelope that does not pickle), puts
+        it again connection by connection, then envelope by envelope, so that only what cannot
+        travel is refused (each with an ``error`` frame to its sender) and the rest goes on."""
+        try:
+            refused = await self.host.put([(c.agent_id, c.conn, items) for c, items in batch])
+        except ReachError as exc:  # the remote host is gone: every connection ends
+            log.warning("the remote host failed: %s", exc)
+            for conn, _ in batch:
+                conn.frames.put_nowait(_GONE)
+            return
+        except Exception as exc:  # pickling, recursion...: sent apart, below
+            if len(batch) == 1 and len(batch[0][1]) == 1:
+                conn, (item,) = batch[0]
+                _refuse_item(conn, item, exc)
+                return
+            parts = [[entry] for entry in batch] if len(batch) > 1 else \
+                [[(batch[0][0], [item])] for item in batch[0][1]]
+            for part in parts:  # in order: one agent's envelopes keep theirs
+                await self._hand_over(part)
+            return
+        by_agent = {c.agent_id: c for c, _ in batch}
+        for agent_id, errors in refused.items():
+            for error in errors:
+                by_agent[agent_id].errors.put_nowait(error)
+
+
+def _refuse_item(conn: _Connection, item: dict[str, Any], exc: Exception) -> None:
+    msg_id = item.get("msg_id")
+    log.warning("refused an envelope of %s that cannot travel: %s: %s", conn.agent_id,
+                type(exc).__name__, exc)
+    conn.errors.put_nowait(error_frame(
+        msg_id if isinstance(msg_id, str) else None, CodecError.code,
+        f"the envelope cannot travel into the cluster ({type(exc).__name__}: "
+        f"{str(exc)[:200]}): nest it less deeply"))
 
 
 #: What a connection's writer gets when the remote host is gone.
@@ -222,10 +265,11 @@ _GONE = "\x00gone"
 class _Closed(Exception):
     """The connection ends: with this refusal (to send and audit), or None (the peer left)."""
 
-    def __init__(self, why: WireRefusal | None, audit: bool = True) -> None:
+    def __init__(self, why: WireRefusal | None, audit: bool = True, sent: bool = False) -> None:
         super().__init__(why.reason if why else "peer left")
         self.why = why
         self.audit = audit
+        self.sent = sent  # the server closed the socket already, with this refusal
 
 
 class _Connection:
@@ -352,7 +396,11 @@ class _Connection:
         while True:
             frame = self._parse(await self._receive())
             if isinstance(frame, Envelopes):
-                await self.bridge.put(self, list(frame.items))
+                for refused in frame.refused:  # the others of the frame go on
+                    self.errors.put_nowait(error_frame(refused.msg_id, refused.error.code,
+                                                       refused.error.message))
+                if frame.items:
+                    await self.bridge.put(self, list(frame.items))
             elif isinstance(frame, Heartbeat):
                 await self._send({"type": FrameType.HEARTBEAT.value, "ts": frame.ts})
             elif isinstance(frame, Goodbye):
@@ -385,18 +433,28 @@ class _Connection:
         except WebSocketDisconnect:
             raise _Closed(None) from None
         if message["type"] == "websocket.disconnect":
-            raise _Closed(None)
+            rule = message.get(REFUSED)  # the server refused a frame and closed: audit it
+            if rule is None:
+                raise _Closed(None)
+            code, _, words = str(message.get("reason", "")).partition(": ")
+            raise _Closed(WireRefusal(code=CloseCode(int(message["code"])), reason=str(rule),
+                                      message=words or code), sent=True)
         text = message.get("text")
         return text if text is not None else message.get("bytes") or b""
 
     def _parse(self, text: str | bytes) -> Any:
         try:
-            return parse_frame(text, self.settings.max_frame_bytes)
+            return parse_frame(text, self.settings.max_frame_bytes, self.settings.max_depth)
         except CodecError as exc:
             raise _Closed(refusal(exc)) from exc
 
     async def _send(self, frame: dict[str, Any]) -> None:
-        await self._send_text(frame_text(frame))
+        try:
+            text = frame_text(frame)
+        except (TypeError, ValueError):  # the replica's own frame: a fault of reach's
+            log.exception("could not write a %s frame to %s", frame.get("type"), self.agent_id)
+            return
+        await self._send_text(text)
 
     async def _send_text(self, text: str) -> None:
         async with self._lock:
@@ -413,6 +471,8 @@ class _Connection:
             await _quietly(self.host.refused(self.principal, self.agent_id, why.reason))
         log.info("closing the connection of %r (%s): %s", self.agent_id or self.principal,
                  why.code, why.message)
+        if closed.sent:
+            return
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
             await self.ws.close(int(why.code), why.close_reason())
 

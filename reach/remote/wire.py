@@ -43,6 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from reach.errors import CodecError, Detail
 from reach.protocol import Envelope
+from reach.remote import strict
+from reach.remote.strict import DEFAULT_MAX_DEPTH
 
 #: Version of this wire (the hello's ``v``).
 WIRE_VERSION = 1
@@ -254,61 +256,121 @@ class Goodbye(BaseModel):
 
 
 @dataclass(frozen=True)
+class RefusedItem:
+    """An envelope of a frame refused as it entered, alone (its sender gets an ``error`` frame).
+
+    Attributes:
+        msg_id: Its ``msg_id``, when it has a readable one.
+        error: Why (a CodecError whose ``details["rule"]`` is ``depth``, ``not_json`` or
+            ``surrogate``).
+    """
+
+    msg_id: str | None
+    error: CodecError
+
+
+@dataclass(frozen=True)
 class Envelopes:
     """An ``envelope`` or ``batch`` frame: envelopes as JSON objects, not validated yet (the
-    host validates each; one bad envelope is refused alone, with an ``error`` frame)."""
+    host validates each; one bad envelope is refused alone, with an ``error`` frame), and those
+    refused already because they cannot travel (too deep, not JSON)."""
 
     items: tuple[dict[str, Any], ...]
+    refused: tuple[RefusedItem, ...] = ()
 
 
 Frame = Hello | Heartbeat | Goodbye | Envelopes
 
 
-def parse_frame(text: str | bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
+def parse_frame(text: str | bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                max_depth: int = DEFAULT_MAX_DEPTH) -> Frame:
     """Reads one frame an agent sent.
 
+    An envelope of an ``envelope`` or ``batch`` frame that nests more than ``max_depth`` levels
+    (itself the first) or holds a NaN, an infinity or a lone surrogate is not an error of the
+    frame: it is set apart in :attr:`Envelopes.refused`, and the others go on.
+
     Raises:
-        CodecError: the frame is binary or too large (``details["close"]`` 4413), not JSON, not
-            an object, of an unknown type or lacks a field (4400), or a hello asks for another
-            wire version (4426). ``details["rule"]`` names the problem.
+        CodecError: the frame is binary or too large (``details["close"]`` 4413), not UTF-8, not
+            JSON, nested too deep, holds NaN or Infinity outside its envelopes, is not an object,
+            of an unknown type or lacks a field (4400), or a hello asks for another wire version
+            (4426). ``details["rule"]`` names the problem.
     """
-    if not isinstance(text, str):
-        raise _bad("binary", "binary frames are not accepted: send JSON as text frames",
-                   CloseCode.TOO_LARGE)
-    size = len(text.encode("utf-8", errors="surrogatepass"))
-    if size > max_bytes:
-        raise _bad("frame_size", f"a frame of {size} bytes exceeds the limit of {max_bytes}",
-                   CloseCode.TOO_LARGE, size=size, limit=max_bytes)
+    raw = _load(text, max_bytes, max_depth)
+    strings = strict.may_hold_lone_surrogates(raw[1])
+    frame, kind = raw[0], raw[0].get("type")
     try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise _bad("json", f"the frame is not JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise _bad("frame", f"a frame must be a JSON object, got {type(raw).__name__}")
-    kind = raw.get("type")
-    try:
+        if kind in (FrameType.ENVELOPE, FrameType.BATCH):
+            return _envelopes(frame, kind, max_depth, strings)
+        _check(strict.flaw(frame, max_depth, strings))
         if kind == FrameType.HELLO:
-            hello = Hello.model_validate(raw)
+            hello = Hello.model_validate(frame)
             _check_hello(hello)
             return hello
-        if kind == FrameType.ENVELOPE:
-            one = raw.get("envelope")
-            if not isinstance(one, dict):
-                raise _bad("envelope", "an envelope frame carries an object in 'envelope'")
-            return Envelopes(items=(one,))
-        if kind == FrameType.BATCH:
-            many = raw.get("envelopes")
-            if not isinstance(many, list) or not all(isinstance(e, dict) for e in many):
-                raise _bad("batch", "a batch frame carries a list of objects in 'envelopes'")
-            return Envelopes(items=tuple(many))
         if kind == FrameType.HEARTBEAT:
-            return Heartbeat.model_validate(raw)
+            return Heartbeat.model_validate(frame)
         if kind == FrameType.GOODBYE:
-            return Goodbye.model_validate(raw)
+            return Goodbye.model_validate(frame)
     except ValidationError as exc:
         raise _bad(str(kind), f"invalid {kind} frame: {_first(exc)}") from exc
     raise _bad("frame_type", f"unknown frame type {kind!r}: expected hello, envelope, batch, "
                "heartbeat or goodbye")
+
+
+def _load(text: str | bytes, max_bytes: int, max_depth: int) -> tuple[dict[str, Any], str]:
+    """The frame's JSON object (and its text), within the size limit, as UTF-8 and JSON."""
+    if not isinstance(text, str):
+        raise _bad("binary", "binary frames are not accepted: send JSON as text frames",
+                   CloseCode.TOO_LARGE)
+    if len(text) > max_bytes:  # at least a byte a character: too large, whatever it holds
+        raise _bad("frame_size", f"a frame of {len(text)} characters or more exceeds the limit "
+                   f"of {max_bytes} bytes", CloseCode.TOO_LARGE, size=len(text), limit=max_bytes)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise _bad("utf8", f"the frame is not UTF-8 text: {exc.reason}") from None
+    if size > max_bytes:
+        raise _bad("frame_size", f"a frame of {size} bytes exceeds the limit of {max_bytes}",
+                   CloseCode.TOO_LARGE, size=size, limit=max_bytes)
+    try:
+        raw = strict.loads(text)
+    except RecursionError:
+        raise _bad("depth", f"the frame nests deeper than {max_depth} levels of objects and "
+                   "arrays", limit=max_depth) from None
+    except ValueError as exc:
+        raise _bad("json", f"the frame is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise _bad("frame", f"a frame must be a JSON object, got {type(raw).__name__}")
+    return raw, text
+
+
+def _envelopes(frame: dict[str, Any], kind: str, max_depth: int, strings: bool) -> Envelopes:
+    key = "envelope" if kind == FrameType.ENVELOPE else "envelopes"
+    rest = {k: v for k, v in frame.items() if k != key}
+    _check(strict.flaw(rest, max_depth, strings))
+    given = frame.get(key)
+    if kind == FrameType.ENVELOPE and not isinstance(given, dict):
+        raise _bad("envelope", "an envelope frame carries an object in 'envelope'")
+    many = [given] if kind == FrameType.ENVELOPE else given
+    if not isinstance(many, list) or not all(isinstance(e, dict) for e in many):
+        raise _bad("batch", "a batch frame carries a list of objects in 'envelopes'")
+    good: list[dict[str, Any]] = []
+    refused: list[RefusedItem] = []
+    for item in many:
+        found = strict.flaw(item, max_depth, strings)
+        if found is None:
+            good.append(item)
+            continue
+        msg_id = item.get("msg_id")
+        refused.append(RefusedItem(msg_id if isinstance(msg_id, str) else None,
+                                   _bad(found[0], f"the envelope cannot travel: {found[1]}",
+                                        limit=max_depth)))
+    return Envelopes(items=tuple(good), refused=tuple(refused))
+
+
+def _check(found: tuple[str, str] | None) -> None:
+    if found is not None:
+        raise _bad(found[0], f"the frame cannot be read: {found[1]}")
 
 
 def _check_hello(hello: Hello) -> None:
@@ -408,25 +470,28 @@ def read_envelope(item: Mapping[str, Any]) -> Envelope:
 
 
 def envelopes_frame(items: list[dict[str, Any]]) -> str:
-    """The text of an ``envelope`` frame (one item) or a ``batch`` frame (several)."""
+    """The text of an ``envelope`` frame (one item) or a ``batch`` frame (several): strict JSON.
+
+    Raises:
+        ValueError: an item holds a NaN, an infinity or a lone surrogate.
+        TypeError: an item holds a value with no JSON form.
+    """
     if len(items) == 1:
-        return json.dumps({"type": FrameType.ENVELOPE.value, "envelope": items[0]},
-                          ensure_ascii=False, separators=(",", ":"))
-    return json.dumps({"type": FrameType.BATCH.value, "envelopes": items}, ensure_ascii=False,
-                      separators=(",", ":"))
+        return strict.dumps({"type": FrameType.ENVELOPE.value, "envelope": items[0]})
+    return strict.dumps({"type": FrameType.BATCH.value, "envelopes": items})
 
 
 def safe_envelopes_frame(items: list[dict[str, Any]],
                          ) -> tuple[str | None, list[dict[str, Any]]]:
-    """:func:`envelopes_frame` of the items that have a JSON form (None if none has), and the
-    items that have none (a payload holding bytes, a date...)."""
+    """:func:`envelopes_frame` of the items that have a strict JSON form (None if none has),
+    and the items that have none (a payload holding bytes, a date, a NaN...)."""
     try:
         return envelopes_frame(items), []
     except (TypeError, ValueError):
         good, bad = [], []
         for item in items:
             try:
-                json.dumps(item)
+                strict.dumps(item)
                 good.append(item)
             except (TypeError, ValueError):
                 bad.append(item)
@@ -434,8 +499,21 @@ def safe_envelopes_frame(items: list[dict[str, Any]],
 
 
 def frame_text(frame: Mapping[str, Any]) -> str:
-    """Any frame object as compact JSON text (UTF-8 characters kept as they are)."""
-    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+    """Any frame object as compact, strict JSON text (UTF-8 characters kept as they are).
+
+    Raises:
+        ValueError: it holds a NaN, an infinity or a lone surrogate.
+        TypeError: it holds a value with no JSON form.
+    """
+    return strict.dumps(frame)
+
+
+def error_frame(msg_id: str | None, code: str, message: str) -> dict[str, Any]:
+    """An ``error`` frame: the envelope ``msg_id`` (if it could be read) was refused."""
+    frame: dict[str, Any] = {"type": FrameType.ERROR.value, "code": code, "message": message}
+    if msg_id is not None:
+        frame["msg_id"] = msg_id
+    return frame
 
 
 def envelope_schema() -> dict[str, Any]:
@@ -459,10 +537,11 @@ if __name__ == "__main__":  # pragma: no cover - the generator of the committed 
 
 
 __all__ = [
-    "Attached", "CAPABILITY_PREFIX", "CONNECT_PATH", "DEFAULT_MAX_FRAME_BYTES", "FINAL_CODES",
-    "HELLO_CONTEXT", "HELLO_WINDOW_S", "PRINCIPAL_CONTEXT", "WIRE_VERSION", "CloseCode",
-    "Declaration", "Envelopes", "Frame", "FrameType", "HandlerDoc", "Heartbeat", "Hello",
-    "Goodbye", "WireRefusal", "agent_secret", "envelope_json", "envelope_schema",
-    "envelope_schema_text", "envelopes_frame", "frame_text", "hello_mac", "hello_refusal",
-    "make_hello", "parse_frame", "read_envelope", "refusal", "safe_envelopes_frame",
+    "Attached", "CAPABILITY_PREFIX", "CONNECT_PATH", "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MAX_FRAME_BYTES", "FINAL_CODES", "HELLO_CONTEXT", "HELLO_WINDOW_S",
+    "PRINCIPAL_CONTEXT", "WIRE_VERSION", "CloseCode", "Declaration", "Envelopes", "Frame",
+    "FrameType", "Goodbye", "HandlerDoc", "Heartbeat", "Hello", "RefusedItem", "WireRefusal",
+    "agent_secret", "envelope_json", "envelope_schema", "envelope_schema_text",
+    "envelopes_frame", "error_frame", "frame_text", "hello_mac", "hello_refusal", "make_hello",
+    "parse_frame", "read_envelope", "refusal", "safe_envelopes_frame",
 ]

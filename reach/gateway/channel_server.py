@@ -1,0 +1,85 @@
+"""The channel's frame limit kept by the WebSocket server itself, before a frame is buffered.
+
+uvicorn (what Serve and ``reach gateway`` serve the gateway with) reads a whole WebSocket message
+into memory before the application sees it, up to its ``ws_max_size`` (16 MiB by default), and
+closes a larger one with 1009, which the application never hears of. The channel refuses frames
+over ``max_frame_bytes`` (1 MiB) with 4413, but only once uvicorn has read them. So the server
+is given the channel's limit (:func:`uvicorn_settings`): the ``websockets`` parser then refuses a
+frame as soon as its header announces a payload over the limit (or its fragments add up past it,
+or its compressed form inflates past it), having buffered at most the limit. Its close is made
+the channel's: 4413 ``frame_size`` instead of 1009, 4400 ``utf8`` instead of 1007 for text that
+is not UTF-8, and the application is told (:data:`REFUSED`), so that the refusal is audited.
+
+Memory a connection can hold in the server, whatever the peer sends: one frame being read (at
+most ``max_frame_bytes``, plus a read chunk of 64 KiB), one message handed to the application and
+not read yet (at most ``max_frame_bytes``; reading is paused until the application takes it), and
+its decoded text (at most ``max_frame_bytes`` characters): about ``3 * max_frame_bytes``, 3 MiB
+by default, against 48 MiB with uvicorn's defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.config import Config
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
+from websockets.frames import CloseCode as WsCloseCode
+from websockets.server import ServerProtocol
+
+from reach.remote.wire import CloseCode
+
+#: Key of the ASGI ``websocket.disconnect`` message that says the server refused a frame (its
+#: value the refusal's reason: ``frame_size`` or ``utf8``). Only the server sets it: a peer's own
+#: close never carries it.
+REFUSED = "reach.refused"
+
+# The parser's own closes, and the channel's for the same causes.
+_AS_CHANNEL = {WsCloseCode.MESSAGE_TOO_BIG: (CloseCode.TOO_LARGE, "frame_size"),
+               WsCloseCode.INVALID_DATA: (CloseCode.MALFORMED, "utf8")}
+
+
+class _ChannelServerProtocol(ServerProtocol):
+    """websockets' server side, failing a connection with the channel's close codes."""
+
+    def fail(self, code: WsCloseCode | int, reason: str = "") -> None:
+        mapped = _AS_CHANNEL.get(int(code))  # type: ignore[call-overload] # IntEnum keys
+        if mapped is not None:
+            channel_code, rule = mapped
+            reason = f"{rule}: {reason}".encode()[:123].decode("utf-8", errors="ignore")
+            code = int(channel_code)
+        super().fail(code, reason)
+
+
+class ChannelWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol (its default, on ``websockets``' parser) with the channel's
+    closes, which the application is told of (:data:`REFUSED`)."""
+
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        # The parser uvicorn made, with its settings (limit, extensions) as they are: only how
+        # it fails changes (the subclass adds no state).
+        self.conn.__class__ = _ChannelServerProtocol
+
+    def handle_parser_exception(self) -> None:
+        """As uvicorn's, and the disconnect names the refusal when it is the channel's."""
+        sent = self.conn.close_sent
+        assert sent is not None
+        message: dict[str, Any] = {"type": "websocket.disconnect", "code": sent.code,
+                                   "reason": sent.reason}
+        if sent.code in (int(c) for c, _ in _AS_CHANNEL.values()):
+            message[REFUSED] = sent.reason.partition(":")[0]
+        self.queue.put_nowait(message)  # type: ignore[arg-type] # one key more than ASGI's
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self.transport.close()
+
+
+def uvicorn_settings(max_frame_bytes: int) -> dict[str, Any]:
+    """The ``uvicorn.Config`` settings that make the server keep the channel's frame limit."""
+    return {"ws": ChannelWebSocketProtocol, "ws_max_size": max_frame_bytes}
+
+
+__all__ = ["REFUSED", "ChannelWebSocketProtocol", "uvicorn_settings"]
