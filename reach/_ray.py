@@ -44,6 +44,7 @@ from reach.errors import (
     SessionNotFound,
 )
 from reach.gateway.options import DEFAULT_PORT, GatewayOptions
+from reach.remote.wire import DEFAULT_MAX_FRAME_BYTES
 from reach.security.guard import Guard, SecurityConfig, guard_for
 
 log = logging.getLogger("reach.ray")
@@ -478,6 +479,10 @@ def _gateway_deployment() -> Any:
 
         @serve.ingress()
         class ReachGateway(GatewayServer):
+            def __init__(self, cluster: Any, options: GatewayOptions) -> None:
+                bound_websocket_frames(DEFAULT_MAX_FRAME_BYTES)  # before Serve's server starts
+                super().__init__(cluster, options)
+
             def __serve_build_asgi_app__(self) -> Any:
                 return self.app
 
@@ -489,6 +494,44 @@ def _gateway_deployment() -> Any:
 
         _GATEWAY_CLASS = serve.deployment(ReachGateway)
     return _GATEWAY_CLASS
+
+
+def bound_websocket_frames(max_frame_bytes: int) -> None:
+    """Makes the HTTP server Serve starts in this process keep the channel's frame limit, so
+    that a frame over it is refused (4413, audited) before it is buffered.
+
+    With Serve's direct ingress (on under its HAProxy ingress, which a local reach turns on),
+    each replica serves HTTP itself: Serve builds its uvicorn server after the deployment's
+    constructor returns (``ray.serve._private.http_util.start_asgi_http_server``), from
+    ``uvicorn.Config`` with no WebSocket setting, and offers no setting or variable of its own
+    for them. So, in the replica's process, ``uvicorn.Config`` takes the channel's
+    (:func:`reach.gateway.channel_server.uvicorn_settings`) as defaults. A unit test fails if
+    Serve stops building its server that way. Behind Serve's default Python proxy instead, the
+    proxy holds the sockets and buffers frames up to uvicorn's 16 MiB before the replica's
+    check: that is logged here, once per replica.
+    """
+    import uvicorn
+
+    from reach.gateway.channel_server import uvicorn_settings
+
+    settings = uvicorn_settings(max_frame_bytes)
+    base: Any = getattr(uvicorn.Config, "reach_base", uvicorn.Config)
+
+    class ChannelConfig(base):  # type: ignore[misc] # uvicorn's own, wrapped
+        reach_base = base
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**settings, **kwargs})
+
+    uvicorn.Config = ChannelConfig  # type: ignore[misc]
+    if not any(os.environ.get(v) == "1" for v in (SERVE_HAPROXY, SERVE_DIRECT_INGRESS)):
+        log.warning("Serve's Python proxy holds the gateway's WebSockets: it buffers a frame up "
+                    "to 16 MiB before the channel refuses it over %d bytes (set %s=1 to have "
+                    "the replica's own server refuse it first)", max_frame_bytes, SERVE_HAPROXY)
+
+
+#: Serve's direct ingress (each replica serves HTTP itself; implied by :data:`SERVE_HAPROXY`).
+SERVE_DIRECT_INGRESS = "RAY_SERVE_ENABLE_DIRECT_INGRESS"
 
 
 def _wait_running(name: str, timeout_s: float) -> None:

@@ -44,12 +44,23 @@ class _ChannelServerProtocol(ServerProtocol):
     """websockets' server side, failing a connection with the channel's close codes."""
 
     def fail(self, code: WsCloseCode | int, reason: str = "") -> None:
-        mapped = _AS_CHANNEL.get(int(code))  # type: ignore[call-overload] # IntEnum keys
-        if mapped is not None:
-            channel_code, rule = mapped
-            reason = f"{rule}: {reason}".encode()[:123].decode("utf-8", errors="ignore")
-            code = int(channel_code)
-        super().fail(code, reason)
+        super().fail(*_as_channel(code, reason))
+
+    def send_close(self, code: WsCloseCode | int | None = None, reason: str = "") -> None:
+        # uvicorn's own close of a text frame it cannot decode (1007) comes this way
+        if code is None:
+            super().send_close(code, reason)
+        else:
+            super().send_close(*_as_channel(code, reason))
+
+
+def _as_channel(code: WsCloseCode | int, reason: str) -> tuple[int, str]:
+    mapped = _AS_CHANNEL.get(int(code))  # type: ignore[call-overload] # IntEnum keys
+    if mapped is None:
+        return int(code), reason
+    channel_code, rule = mapped
+    words = reason or "the frame is not UTF-8 text"  # uvicorn's 1007 gives no reason
+    return int(channel_code), f"{rule}: {words}".encode()[:123].decode("utf-8", errors="ignore")
 
 
 class ChannelWebSocketProtocol(WebSocketsSansIOProtocol):
