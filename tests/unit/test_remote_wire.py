@@ -24,12 +24,14 @@ from reach.remote.wire import (
     envelope_json,
     envelope_schema_text,
     envelopes_frame,
+    frame_text,
     hello_mac,
     hello_refusal,
     make_hello,
     parse_frame,
     read_envelope,
     refusal,
+    safe_envelopes_frame,
 )
 from reach.security.keys import Keyring
 
@@ -250,3 +252,63 @@ def test_the_blocker_would_catch_an_import_of_ray() -> None:
                           cwd=ROOT, check=False, timeout=60)
     assert done.returncode != 0
     assert "blocked" in done.stderr
+
+
+# -- strict JSON, bounded nesting ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    ("[" * 100_000 + "]" * 100_000, "depth"),  # within 1 MiB, far past the parser's recursion
+    ('{"type":"heartbeat","x":' + "[" * 64 + "]" * 64 + "}", "depth"),
+    ('{"type":"heartbeat","ts":NaN}', "not_json"),
+    ('{"type":"heartbeat","ts":-Infinity}', "not_json"),
+    ('{"type":"heartbeat","ts":1e999}', "not_json"),
+    ('{"type":"heartbeat","ts":' + "9" * 5000 + "}", "json"),
+    ('{"type":"heartbeat","x":"\\ud800"}', "surrogate"),
+    ('{"type":"heartbeat","x":"\ud800"}', "utf8"),
+    ('{"type":"batch","envelopes":[],"x":NaN}', "not_json"),
+])
+def test_a_frame_that_is_not_strict_json_or_nests_too_deep_is_refused_by_rule(
+        text: str, rule: str) -> None:
+    with pytest.raises(CodecError) as refused:
+        parse_frame(text)
+    assert refused.value.details["rule"] == rule
+    assert refused.value.details["close"] == CloseCode.MALFORMED
+
+
+def test_the_depth_limit_counts_levels_from_the_frame_or_the_envelope() -> None:
+    ok = '{"type":"heartbeat","x":' + "[" * 63 + "]" * 63 + "}"  # 64 levels with the frame
+    assert parse_frame(ok) == Heartbeat()
+    payload = "[" * 62 + "]" * 62  # the envelope 1, its payload object 2, then 62 arrays
+    inside = parse_frame('{"type":"envelope","envelope":{"msg_id":"m","payload":{"a":'
+                         + payload + "}}}")
+    assert isinstance(inside, Envelopes)
+    assert (len(inside.items), inside.refused) == (1, ())
+    deeper = parse_frame('{"type":"envelope","envelope":{"msg_id":"m","payload":{"a":['
+                         + payload + "]}}}")
+    assert isinstance(deeper, Envelopes)
+    assert deeper.items == ()
+    assert [(r.msg_id, r.error.details["rule"]) for r in deeper.refused] == [("m", "depth")]
+    assert "64 levels" in deeper.refused[0].error.message
+    with pytest.raises(CodecError, match="10 levels"):
+        parse_frame('{"type":"heartbeat","x":' + "[" * 10 + "]" * 10 + "}", max_depth=10)
+
+
+def test_what_the_wire_writes_is_strict_json() -> None:
+    good = {"msg_id": "g", "payload": {"x": 1.5, "s": "é😀"}}
+    for bad in ({"msg_id": "n", "payload": {"x": float("nan")}},
+                {"msg_id": "i", "payload": {"x": float("inf")}},
+                {"msg_id": "s", "payload": {"x": "\ud800"}}):
+        with pytest.raises(ValueError, match=r"JSON compliant|lone surrogate"):
+            envelopes_frame([bad])
+        text, refused = safe_envelopes_frame([good, bad])
+        assert refused == [bad]
+        assert text is not None
+        assert json.loads(text, parse_constant=_not_json)["envelope"] == good
+        text.encode("utf-8")
+    with pytest.raises(ValueError, match="JSON compliant"):
+        frame_text({"type": "heartbeat", "ts": float("nan")})
+
+
+def _not_json(token: str) -> None:
+    raise AssertionError(f"{token} written")
