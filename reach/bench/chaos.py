@@ -4,10 +4,11 @@
 under one supervisor. The driver submits tasks (by capability, with retries and failover) while
 a killer SIGKILLs a random dedicated agent's process or a packed host every ``--kill-every`` ms.
 Counts every task's end: completed, degraded, failed (with reasons), lost (never ended) and hung
-(still running past its deadline), plus restarts and restart latency by placement.
-Writes bench/results/chaos.json and exits non-zero if any task was lost or hung.
-Run: ``python bench/chaos.py [--tasks N] [--inflight K] [--kill-every MS]``, or with
-``--quick`` (150 tasks, 20 in flight; written to bench/results/quick/chaos.json).
+(still running past its deadline), plus restarts and restart latency by placement; the rate of
+tasks ending is said every few seconds as it runs. Writes ``chaos.json`` into the results folder
+(:mod:`reach.bench.results`) and exits non-zero if any task was lost or hung.
+Run: ``python -m reach.bench.chaos [--tasks N] [--inflight K] [--kill-every MS] [--out DIR]``, or
+with ``--quick`` (150 tasks, 20 in flight).
 """
 
 from __future__ import annotations
@@ -15,51 +16,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import os
 import random
 import signal
 import statistics
 import sys
 import time
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
-
-import ray
-from pydantic import BaseModel
 
 import reach
 from reach import ChildSpec, Intensity, SupervisorSpec
-
-RESULTS = Path(__file__).parent / "results"
-
-if __name__ != "__main__":  # imported by the test suite: ship this module's classes by value
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@reach.schema("chaos.job@1.0")
-class Job(BaseModel):
-    n: int
-    work_ms: int = 20
-
-
-@reach.schema("chaos.done@1.0")
-class Done(BaseModel):
-    n: int
-    by: str
-
-
-class ChaosWorker(reach.Agent):
-    capabilities = ("chaos.work",)
-    description = "Does a small unit of work; may be killed at any moment."
-
-    @reach.handler(Job, returns=Done)
-    async def work(self, ctx: reach.Context, job: Job) -> Done:
-        await asyncio.sleep(job.work_ms / 1000)  # stands for real work
-        return Done(n=job.n, by=self.id)
+from reach.bench.agents import ChaosWorker, Job
+from reach.bench.progress import Meter
+from reach.bench.results import add_out, write
 
 
 def pct(values: list[float], p: int) -> float | None:
+    """The ``p``-th percentile of ``values`` (None if there are none)."""
     if len(values) < 2:
         return values[0] if values else None
     return round(statistics.quantiles(values, n=100, method="inclusive")[p - 1], 3)
@@ -108,7 +82,8 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
               address: str | None = None, progress_every: int = 0) -> dict[str, Any]:
     """Runs the chaos scenario and returns its figures.
 
-    With ``progress_every``, prints a line each time that many more tasks have ended.
+    With ``progress_every``, prints a line each time that many more tasks have ended; the rate
+    of tasks ending is said every few seconds.
     """
     rt = reach.init(address=address, log_to_driver=False)
     name = f"chaos-{os.getpid()}"
@@ -128,6 +103,7 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
                                          kills))
     gate = asyncio.Semaphore(inflight)
     ended = 0
+    meter = Meter("tasks ended", unit="tasks/s", total=tasks)
 
     async def one(n: int) -> None:
         nonlocal ended
@@ -135,6 +111,7 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
             await attempt(n)
         finally:
             ended += 1
+            meter.add()
             if progress_every and (ended % progress_every == 0 or ended == tasks):
                 print(f"  {ended}/{tasks} tasks ended, {len(kills)} kills so far", flush=True)
 
@@ -156,13 +133,22 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
                 lost.append(f"task {n}: {type(exc).__name__}: {exc}")
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(n) for n in range(tasks)))
+    async with meter.watching():
+        await asyncio.gather(*(one(n) for n in range(tasks)))
     wall = time.perf_counter() - started
     stop.set()
     await chaos
     status = await sup.status()
     await sup.stop()
     await rt.close()
+    return {"tasks": tasks, "inflight": inflight, "kill_every_ms": kill_every_ms,
+            "seconds": round(wall, 2), **_ends(tasks, results, lost, hung=hung, kills=len(kills),
+                                         status=status)}
+
+
+def _ends(tasks: int, results: list[reach.TaskResult], lost: list[str], *, hung: int, kills: int,
+          status: reach.SupervisorStatus) -> dict[str, Any]:
+    """How the tasks ended, and the restarts that happened meanwhile."""
     states = collections.Counter(str(r.state) for r in results)
     reasons = collections.Counter(f"{r.error.code}: {r.error.reason[:80]}"
                                   for r in results if r.state == "failed" and r.error)
@@ -172,13 +158,12 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
     for r in status.restarts:
         latency[str(r.placement)].append(r.latency_s * 1000)
     return {
-        "tasks": tasks, "inflight": inflight, "kill_every_ms": kill_every_ms,
-        "seconds": round(wall, 2), "submitted": tasks - sum(1 for x in lost if x.startswith("sub")),
+        "submitted": tasks - sum(1 for x in lost if x.startswith("sub")),
         "completed": states["completed"], "degraded": states["degraded"],
         "failed": states["failed"], "failed_reasons": dict(reasons),
         "lost": len(lost) + sum(1 for r in results if r.state not in
                                 ("completed", "degraded", "failed", "cancelled")),
-        "lost_detail": lost[:10], "hung": hung, "kills": len(kills),
+        "lost_detail": lost[:10], "hung": hung, "kills": kills,
         "restarts": len(status.restarts),
         "restart_ms_p50": {k: pct(v, 50) for k, v in latency.items()},
         "restart_ms_p95": {k: pct(v, 95) for k, v in latency.items()},
@@ -188,27 +173,25 @@ async def run(tasks: int, inflight: int, kill_every_ms: int, *, seed: int = 7,
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the chaos scenario and writes its figures; non-zero if a task was lost or hung."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--inflight", type=int, default=50)
     parser.add_argument("--kill-every", type=int, default=200, help="milliseconds")
     parser.add_argument("--address", default=None)
     parser.add_argument("--quick", action="store_true", help="150 tasks, 20 in flight")
-    args = parser.parse_args()
+    add_out(parser)
+    args = parser.parse_args(argv)
     if args.quick:
         args.tasks, args.inflight = 150, 20
-    results = RESULTS / "quick" if args.quick else RESULTS
     print(f"{args.tasks} tasks, {args.inflight} in flight, a SIGKILL every {args.kill_every} ms",
           flush=True)
     figures = asyncio.run(run(args.tasks, args.inflight, args.kill_every, address=args.address,
                               progress_every=max(args.tasks // 10, 1)))
     for key, value in figures.items():
         print(f"{key:<16} {value}")
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "chaos.json").write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n",
-                                        encoding="utf-8")
-    print(f"wrote {results / 'chaos.json'}")
+    write(args, "chaos", figures, ensure_ascii=False)
     ok = figures["lost"] == 0 and figures["hung"] == 0
     print("PASS: no task lost or hung" if ok else "FAIL: tasks were lost or hung")
     return 0 if ok else 1

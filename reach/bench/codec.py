@@ -1,33 +1,33 @@
 """Codec cost per envelope: reach (encode + decode + validate) beside plain pickle, same run.
 
-Run as ``python bench/codec.py [--quick]``. Each case is timed for about 0.3 s per repeat, best
-of five (``--quick``: 0.05 s, best of two); figures are microseconds per envelope. Results go to
-``bench/results/codec.json`` (``bench/results/quick/codec.json`` with ``--quick``).
+Run as ``python -m reach.bench.codec [--quick] [--out DIR]`` (or ``reach bench --only codec``);
+it needs no Ray. Each case is timed for about 0.3 s per repeat, best of five (``--quick``: 0.05 s,
+best of two); figures are microseconds per envelope, each said as it is timed. Results go to
+``codec.json`` in the results folder (see :mod:`reach.bench.results`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import pickle
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from reach import Envelope, SchemaRegistry
+from reach.bench.results import add_out, write
 from reach.codec import Codec
+from reach.protocol import Envelope
+from reach.schemas import SchemaRegistry
 
 REPEATS = 5
 SECONDS_PER_REPEAT = 0.3
 BATCH_SIZES = (1, 10, 100)
-RESULTS = Path(__file__).resolve().parent / "results"
 SCHEMA = "order.line@1.0"
 
 
@@ -65,6 +65,14 @@ def _best_us_per_call(fn: Callable[[], object], repeats: int = REPEATS,
     return best / loops * 1e6
 
 
+def _timed(case: str, what: str, fn: Callable[[], object], *, n: int, repeats: int,
+           seconds: float) -> float:
+    """Times ``fn`` (``n`` envelopes a call); says and returns microseconds per envelope."""
+    us = _best_us_per_call(fn, repeats, seconds) / n
+    print(f"  {case}: {what} {us:.2f} µs per envelope ({1e6 / us:,.0f} envelopes/s)", flush=True)
+    return us
+
+
 def _case(codec: Codec, schemas: SchemaRegistry, size: int | None, repeats: int = REPEATS,
           seconds: float = SECONDS_PER_REPEAT) -> dict[str, Any]:
     """Times one case: a single frame (``size`` None) or a batch frame of ``size`` envelopes."""
@@ -95,9 +103,11 @@ def _case(codec: Codec, schemas: SchemaRegistry, size: int | None, repeats: int 
     assert reach_round() == envelopes
     assert [m.model_dump() for m in reach_with_schema()] == [e.payload for e in envelopes]
     n = len(envelopes)
-    reach_us = _best_us_per_call(reach_round, repeats, seconds) / n
-    schema_us = _best_us_per_call(reach_with_schema, repeats, seconds) / n
-    pickle_us = _best_us_per_call(pickle_round, repeats, seconds) / n
+    label = "single" if size is None else f"batch {size}"
+    reach_us, schema_us, pickle_us = (
+        _timed(label, what, fn, n=n, repeats=repeats, seconds=seconds)
+        for what, fn in (("reach", reach_round), ("reach + schema", reach_with_schema),
+                         ("pickle", pickle_round)))
     return {
         "envelopes": n,
         "reach_us": round(reach_us, 2),
@@ -109,19 +119,18 @@ def _case(codec: Codec, schemas: SchemaRegistry, size: int | None, repeats: int 
     }
 
 
-def main() -> None:
-    """Runs every case, prints a table and writes the JSON results."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs every case, prints a table and writes the JSON results; returns the exit status."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing, rougher figures")
-    args = parser.parse_args()
+    add_out(parser)
+    args = parser.parse_args(argv)
     repeats, seconds = (2, 0.05) if args.quick else (REPEATS, SECONDS_PER_REPEAT)
-    out = RESULTS / "quick" / "codec.json" if args.quick else RESULTS / "codec.json"
     codec, schemas = Codec(), SchemaRegistry()
     schemas.register(SCHEMA, OrderLine)
     cases: dict[str, dict[str, Any]] = {}
     for name, size in [("single", None)] + [(f"batch {n}", n) for n in BATCH_SIZES]:
         cases[name] = _case(codec, schemas, size, repeats, seconds)
-        print(f"  timed {name}", flush=True)
 
     print("µs per envelope (encode + decode + validate; best of "
           f"{repeats} × ~{seconds} s); +schema also reads the payload's schema\n")
@@ -132,7 +141,6 @@ def main() -> None:
               f"{row['pickle_us']:>8.2f} {row['reach_over_pickle']:>12.1f}x "
               f"{row['frame_bytes_per_envelope']:>7.1f} {row['pickle_bytes_per_envelope']:>13.1f}")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "unit": "microseconds per envelope",
         "columns": {
@@ -147,9 +155,10 @@ def main() -> None:
         "repeats": repeats,
         "cases": cases,
     }
-    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"\nwrote {out}")
+    print()
+    write(args, "codec", report, ensure_ascii=False)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,8 +7,8 @@
 - direct:      the reach client of this driver, ``rt.client.request`` by agent ID;
 - gateway:     A2A 1.0 ``SendMessage`` (JSON-RPC binding) over HTTP to ``/agents/<id>``, through
                Ray Serve's ingress and the gateway's replicas, with a bearer token: K keep-alive
-               connections from this process (a lean asyncio client, bench/httpload.py: httpx's
-               pool would be the bottleneck);
+               connections from this process (a lean asyncio client, reach.bench.httpload:
+               httpx's pool would be the bottleneck);
 - serve_echo:  the anchor: a trivial Ray Serve deployment on the same proxy that echoes the JSON
                body (what Serve's HTTP path costs with no A2A and no reach behind it);
 - outbound:    a reach agent's view of a remote A2A agent: ``rt.client.request`` to the proxy
@@ -18,59 +18,41 @@
 
 Everything shares this machine's cores (the HTTP clients too, as a load generator on the same
 box would). Security is reach's default (signed envelopes, audited calls). Prints msg/s and
-p50/p95/p99 for each, the gateway's added latency (its p50 minus direct's) and the outbound
-proxy's; checks the goal (gateway >= 1,000 msg/s with p95 <= 80 ms); writes
-bench/results/gateway.json (``--quick``: bench/results/quick/gateway.json).
-Run: ``python bench/gateway.py [--requests N] [--clients K] [--replicas R] [--address ADDR]``.
+p50/p95/p99 for each (and each one's rate every few seconds as it runs), the gateway's added
+latency (its p50 minus direct's) and the outbound proxy's; checks the goal (gateway >= 1,000
+msg/s with p95 <= 80 ms); writes ``gateway.json`` into the results folder
+(:mod:`reach.bench.results`). Run: ``python -m reach.bench.gateway [--requests N] [--clients K]
+[--replicas R] [--address ADDR] [--quick] [--out DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
-from callers import drive, free_port
-from httpload import Connection
-from pydantic import BaseModel
-from quiet import settle
+from ray import serve
+from starlette.requests import Request
 
 import reach
+from reach.bench.agents import Ask, EchoAgent, Said
+from reach.bench.callers import drive, free_port
+from reach.bench.httpload import Connection
+from reach.bench.quiet import settle
+from reach.bench.results import add_out, write
+from reach.gateway.auth import token_for
+from reach.security.keys import Keyring
 
-RESULTS = Path(__file__).parent / "results"
 AGENTS = 20
 TEXT = "你好，我的订单 A-1024 什么时候到？"
 GOAL_MSGS_PER_S = 1000
 GOAL_P95_MS = 80.0
-
-
-@reach.schema("bench.ask@1.0")
-class Ask(BaseModel):
-    n: int
-    text: str
-
-
-@reach.schema("bench.said@1.0")
-class Said(BaseModel):
-    n: int
-    text: str
-
-
-class EchoAgent(reach.Agent):
-    capabilities = ("bench.echo",)
-    description = "Says back what it was told (a stand-in for a quick agent)."
-
-    @reach.handler(Ask, returns=Said)
-    async def echo(self, ctx: reach.Context, ask: Ask) -> Said:
-        return Said(n=ask.n, text=ask.text)
 
 
 def find_n(doc: Any) -> int | None:
@@ -101,14 +83,17 @@ def send_message(i: int) -> dict[str, Any]:
 
 async def measured(name: str, send: Callable[[int], Awaitable[int]], total: int,
                    clients: int) -> dict[str, Any]:
+    """Waits for a quiet machine, warms up, then measures ``send`` with ``clients`` callers;
+    says the figures."""
     await settle()
     await drive(send, min(total, clients * 4), clients)  # warm-up
-    figures = await drive(send, total, clients)
+    figures = await drive(send, total, clients, name)
     show(name, figures)
     return figures
 
 
 def show(name: str, r: dict[str, Any]) -> None:
+    """Prints one contestant's figures."""
     print(f"{name:<14} {r['msgs_per_s']:>7.0f} msg/s   p50 {r['p50_ms']:>6.1f} ms   "
           f"p95 {r['p95_ms']:>6.1f} ms   p99 {r['p99_ms']:>6.1f} ms"
           + (f"   ERRORS {r['error_kinds']}" if r["errors"] else ""), flush=True)
@@ -123,6 +108,7 @@ class Connections:
         self.free = [Connection(base, head) for _ in range(clients)]
 
     async def post(self, path: str, doc: Any) -> Any:
+        """POSTs ``doc`` on a free connection; the decoded answer."""
         conn = self.free.pop()
         try:
             return await conn.post_json(path, doc)
@@ -130,6 +116,7 @@ class Connections:
             self.free.append(conn)
 
     def close(self) -> None:
+        """Closes every connection."""
         for conn in self.free:
             conn.close()
 
@@ -138,7 +125,9 @@ class Connections:
 
 async def run_direct(rt: reach.Runtime, ids: list[str], total: int, clients: int
                      ) -> dict[str, Any]:
+    """The direct reach client's turn."""
     name = "direct" if clients > 1 else "direct_alone"
+
     async def send(i: int) -> int:
         reply = await rt.client.request(ids[i % AGENTS], Ask(n=i, text=TEXT), returns=Said)
         return reply.value.n
@@ -158,6 +147,7 @@ def answer(body: Any) -> int:
 
 async def run_gateway(url: str, token: str, ids: list[str], total: int, clients: int
                       ) -> dict[str, Any]:
+    """The gateway's turn: A2A SendMessage over HTTP, with a bearer token."""
     http = Connections(url, clients, {"Authorization": f"Bearer {token}"})
     try:
         async def send(i: int) -> int:
@@ -170,6 +160,7 @@ async def run_gateway(url: str, token: str, ids: list[str], total: int, clients:
 
 
 async def run_serve_echo(url: str, total: int, clients: int) -> dict[str, Any]:
+    """The anchor's turn: a trivial Serve echo on the same proxy."""
     http = Connections(url, clients)
     try:
         async def send(i: int) -> int:
@@ -183,15 +174,14 @@ async def run_serve_echo(url: str, total: int, clients: int) -> dict[str, Any]:
 
 def start_serve_echo() -> None:
     """A trivial Ray Serve application at /bench-echo on the gateway's proxy (the anchor)."""
-    from ray import serve
-    from starlette.requests import Request
 
-    @serve.deployment(max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
     class Echo:
         async def __call__(self, request: Request) -> Any:
             return await request.json()
 
-    serve.run(Echo.bind(), name="bench-echo", route_prefix="/bench-echo")
+    deployment: Any = serve.deployment  # its stubs do not know that the class gains .bind
+    echo = deployment(max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})(Echo)
+    serve.run(echo.bind(), name="bench-echo", route_prefix="/bench-echo")
 
 
 A2A_SERVER = '''
@@ -234,6 +224,7 @@ uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 async def start_a2a_server() -> tuple[subprocess.Popen[bytes], str]:
+    """Starts the SDK's own A2A echo server in a process of its own; the process and its URL."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", A2A_SERVER, str(port)])
     url = f"http://127.0.0.1:{port}"
@@ -250,6 +241,7 @@ async def start_a2a_server() -> tuple[subprocess.Popen[bytes], str]:
 
 
 async def run_outbound(rt: reach.Runtime, total: int, clients: int) -> dict[str, Any]:
+    """The outbound proxy's turn, then the same A2A server called directly."""
     proc, url = await start_a2a_server()
     try:
         record = await rt.connect_a2a(url)
@@ -278,10 +270,8 @@ async def run_outbound(rt: reach.Runtime, total: int, clients: int) -> dict[str,
         proc.wait()
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    from reach.gateway.auth import token_for
-    from reach.security.keys import Keyring
-
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every contestant in turn; their figures."""
     rt = reach.init(address=args.address, log_to_driver=False)
     await rt.agents()  # reach.init returns before its registry is up
     ids = [f"echo-{i}" for i in range(AGENTS)]
@@ -328,20 +318,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the gateway benchmark and writes its figures; the exit status."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--address", default=None)
     parser.add_argument("--no-outbound", action="store_true", help="skip the outbound proxy")
     parser.add_argument("--quick", action="store_true",
-                        help="2,000 requests each; figures to bench/results/quick/")
-    arguments = parser.parse_args()
-    if arguments.quick:
-        arguments.requests = 2000
-    figures = asyncio.run(main(arguments))
-    out = RESULTS / "quick" if arguments.quick else RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gateway.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'gateway.json'}")
+                        help="2,000 requests each; figures to the quick/ subfolder")
+    add_out(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests = 2000
+    write(args, "gateway", asyncio.run(measure(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

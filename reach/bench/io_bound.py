@@ -17,9 +17,10 @@ serve any number of requests at once, so at K requests in flight the ideal is K 
 (4,000 msg/s at 2,000): each contestant's efficiency is its throughput over that. For reach's
 contestants the registry calls this driver made while measuring are counted too (asking by
 capability refreshes the list of holders; by ID, routes are cached).
-Prints msg/s, p50/p95/p99 latency and efficiency for each; writes bench/results/io_bound.json.
-Run: ``python bench/io_bound.py [--requests N] [--inflight K] [--address ADDR]``, or with
-``--quick`` (4,000 requests; written to bench/results/quick/io_bound.json).
+Says each contestant's rate every few seconds as it runs; prints msg/s, p50/p95/p99 latency and
+efficiency for each; writes ``io_bound.json`` into the results folder (:mod:`reach.bench.results`).
+Run: ``python -m reach.bench.io_bound [--requests N] [--inflight K] [--address ADDR] [--out DIR]``,
+or with ``--quick`` (4,000 requests).
 """
 
 from __future__ import annotations
@@ -28,24 +29,22 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import math
 import statistics
+import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import ray
-from pydantic import BaseModel
-from quiet import settle
 
 import reach
+from reach.bench.agents import CALL_S, Prompt, raw_agent, slow_class
+from reach.bench.progress import Meter
+from reach.bench.quiet import settle
+from reach.bench.results import add_out, write
 
-RESULTS = Path(__file__).parent / "results"
 AGENTS = 20
-#: How long a handler waits, standing for a model call (seconds).
-CALL_S = 0.5
 #: reach's contestants: the placement of the agents and whether they are asked by capability.
 REACH: dict[str, tuple[str, bool]] = {
     "packed_id": ("packed", False),
@@ -53,42 +52,6 @@ REACH: dict[str, tuple[str, bool]] = {
     "dedicated_id": ("dedicated", False),
     "dedicated_capability": ("dedicated", True),
 }
-
-
-@reach.schema("bench.prompt@1.0")
-class Prompt(BaseModel):
-    n: int
-    text: str
-
-
-@reach.schema("bench.completion@1.0")
-class Completion(BaseModel):
-    n: int
-    text: str
-
-
-class SlowAgent(reach.Agent):
-    capabilities = ("bench.complete",)
-    description = "Completes a prompt after half a second, as a model call would."
-
-    @reach.handler(Prompt, returns=Completion)
-    async def complete(self, ctx: reach.Context, prompt: Prompt) -> Completion:
-        await asyncio.sleep(CALL_S)
-        return Completion(n=prompt.n, text=prompt.text.upper())
-
-
-def agent_class(capability: str) -> type[SlowAgent]:
-    """SlowAgent holding ``capability`` only: each contestant asks for a tag of its own, so that
-    no list of holders cached for the one before can send it to agents that are gone."""
-    return type(f"SlowAgent_{capability.replace('.', '_')}", (SlowAgent,),
-                {"capabilities": (capability,)})
-
-
-@ray.remote(max_concurrency=10_000)
-class RawAgent:
-    async def handle(self, prompt: dict[str, Any]) -> dict[str, Any]:
-        await asyncio.sleep(CALL_S)
-        return {"n": prompt["n"], "text": prompt["text"].upper()}
 
 
 # -- reach's user API, called only here (a rename of it is a change on these lines) -----------
@@ -110,10 +73,12 @@ def answered(reply: Any) -> int:
 
 # -- measuring ----------------------------------------------------------------------------------
 
-async def drive(send: Callable[[int], Awaitable[int]], total: int, inflight: int
-                ) -> dict[str, float]:
+async def drive(send: Callable[[int], Awaitable[int]], total: int, inflight: int,
+                progress: str | None = None) -> dict[str, float]:
     """Keeps ``inflight`` requests outstanding until ``total`` have ended; returns the figures
-    (a request that fails is counted in ``errors``, not in the throughput or latencies)."""
+    (a request that fails is counted in ``errors``, not in the throughput or latencies; with
+    ``progress``, a line so labelled says the rate every few seconds)."""
+    meter = Meter(progress, total=total) if progress else None
     latencies: list[float] = []
     errors = 0
     next_i = 0
@@ -132,9 +97,15 @@ async def drive(send: Callable[[int], Awaitable[int]], total: int, inflight: int
                 latencies.append(time.perf_counter() - t0)
             else:
                 errors += 1
+            if meter is not None:
+                meter.add()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(inflight)))
+    if meter is None:
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+    else:
+        async with meter.watching():
+            await asyncio.gather(*(worker() for _ in range(inflight)))
     wall = time.perf_counter() - started
     ideal = inflight / CALL_S
     rate = len(latencies) / wall
@@ -179,7 +150,8 @@ def registry_calls(rt: reach.Runtime, into: dict[str, Any]) -> Iterator[None]:
 
 
 async def run_raw(total: int, inflight: int) -> dict[str, Any]:
-    actors = [RawAgent.remote() for _ in range(AGENTS)]
+    """Raw Ray's turn: plain async actors."""
+    actors = [raw_agent.remote() for _ in range(AGENTS)]
     await asyncio.gather(*(a.__ray_ready__.remote() for a in actors))
 
     async def send(i: int) -> int:
@@ -188,18 +160,19 @@ async def run_raw(total: int, inflight: int) -> dict[str, Any]:
 
     try:
         await drive(send, min(total, inflight), inflight)  # warm-up: one wave
-        return await drive(send, total, inflight)
+        return await drive(send, total, inflight, "raw")
     finally:
         for actor in actors:
             ray.kill(actor)
 
 
 async def run_reach(rt: reach.Runtime, name: str, total: int, inflight: int) -> dict[str, Any]:
+    """The turn of reach's contestant ``name`` (one of :data:`REACH`)."""
     kind, by_capability = REACH[name]
     capability = f"bench.complete.{name}"
     ids = [f"{name}-{i}" for i in range(AGENTS)]
     placement = reach.Packed(pool=f"io-{name}", size=2) if kind == "packed" else reach.Dedicated()
-    records = await rt.spawn_many(agent_class(capability), ids, placement=placement)
+    records = await rt.spawn_many(slow_class(capability), ids, placement=placement)
 
     async def send(i: int) -> int:
         prompt = Prompt(n=i, text="summarise this")
@@ -211,7 +184,7 @@ async def run_reach(rt: reach.Runtime, name: str, total: int, inflight: int) -> 
         await drive(send, min(total, inflight), inflight)  # warm-up: one wave
         counted: dict[str, Any] = {}
         with registry_calls(rt, counted):
-            figures = await drive(send, total, inflight)
+            figures = await drive(send, total, inflight, name)
         return {**figures, **counted}
     finally:
         for agent_id in ids:
@@ -222,9 +195,8 @@ async def run_reach(rt: reach.Runtime, name: str, total: int, inflight: int) -> 
                     ray.kill(ray.get_actor(host, namespace="reach"), no_restart=True)
 
 
-
-
 def show(name: str, r: dict[str, Any]) -> None:
+    """Prints one contestant's figures."""
     calls = r.get("registry_calls")
     print(f"{name:<21} {r['msgs_per_s']:>7.0f} msg/s  ({r['efficiency']:>4.0%} of ideal)   "
           f"p50 {r['p50_ms']:>6.0f} ms   p95 {r['p95_ms']:>6.0f} ms   p99 {r['p99_ms']:>6.0f} ms"
@@ -232,7 +204,8 @@ def show(name: str, r: dict[str, Any]) -> None:
           + (f"   ERRORS {r['errors']}" if r["errors"] else ""), flush=True)
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every contestant in turn; their figures."""
     rt = reach.init(address=args.address, log_to_driver=False, sign=False)
     await rt.agents()  # reach.init returns before its registry is up
     print(f"{AGENTS} agents, handlers wait {CALL_S} s, {args.inflight} requests in flight, "
@@ -255,18 +228,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the I/O-bound scenario and writes its figures; the exit status."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=8000)
     parser.add_argument("--inflight", type=int, default=2000)
     parser.add_argument("--address", default=None)
     parser.add_argument("--quick", action="store_true",
-                        help="4,000 requests (two waves); figures to bench/results/quick/")
-    arguments = parser.parse_args()
-    if arguments.quick:
-        arguments.requests = 4000
-    figures = asyncio.run(main(arguments))
-    out = RESULTS / "quick" if arguments.quick else RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "io_bound.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'io_bound.json'}")
+                        help="4,000 requests (two waves); figures to the quick/ subfolder")
+    add_out(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests = 4000
+    write(args, "io_bound", asyncio.run(measure(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """Waiting for a quiet machine before a measurement, and how busy it was during one.
 
-Shared by the benchmarks that compare contestants side by side: Ray's start, actors starting and
-the processes of the previous contestant exiting would otherwise run beside the next one.
+Shared by the benchmarks (``reach.bench``) that compare contestants side by side: Ray's start,
+actors starting and the processes of the previous contestant exiting would otherwise run beside
+the next one.
 """
 
 from __future__ import annotations

@@ -2,41 +2,35 @@
 
 Spawns the agents into a pool of shared hosts in chunks, then measures discovery latency as a
 client sees it (one Ray call to the registry) and the registry's own compute time per query, and
-the memory of the registry and the hosts. Writes bench/results/registry_scale.json.
-Run: ``python bench/registry_scale.py [--agents N] [--tags T] [--queries Q]``, or with ``--quick``
-(1,000 agents, 20 tags, 100 queries; written to bench/results/quick/registry_scale.json).
+the memory of the registry and the hosts; the registration and query rates are said every few
+seconds as they run. Writes ``registry_scale.json`` into the results folder
+(:mod:`reach.bench.results`). Run: ``python -m reach.bench.registry_scale [--agents N] [--tags T]
+[--queries Q] [--out DIR]``, or with ``--quick`` (1,000 agents, 20 tags, 100 queries).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
+import sys
 import time
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import reach
-
-RESULTS = Path(__file__).parent / "results"
-
-
-class Light(reach.Agent):
-    """A light agent; its capability is set per subclass below."""
-
-    description = "A light agent for the registry scale benchmark."
-
-
-def light_class(tag: str) -> type[reach.Agent]:
-    return type(f"Light_{tag.replace('.', '_')}", (Light,), {"capabilities": (tag,)})
+from reach.bench.agents import light_class
+from reach.bench.progress import Meter
+from reach.bench.results import add_out, write
 
 
 def pct(values: list[float], p: int) -> float:
+    """The ``p``-th percentile of ``values``."""
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Registers the agents, times the discoveries; the figures."""
     rt = reach.init(address=args.address, log_to_driver=False)
     tags = [f"shop.dept{i // 10}.skill{i % 10}" for i in range(args.tags)]
     classes = {tag: light_class(tag) for tag in tags}
@@ -44,13 +38,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     per_tag = args.agents // args.tags
     started = time.perf_counter()
     spawned = 0
-    for n, tag in enumerate(tags):
-        ids = [f"scale-{n}-{j}" for j in range(per_tag)]
-        await rt.spawn_many(classes[tag], ids, placement=pool)
-        spawned += len(ids)
-        if (n + 1) % max(1, args.tags // 10) == 0:
-            rate = spawned / (time.perf_counter() - started)
-            print(f"  {spawned:>6} agents registered ({rate:,.0f}/s)", flush=True)
+    meter = Meter("agents registered", unit="agents/s", total=per_tag * len(tags))
+    async with meter.watching():
+        for n, tag in enumerate(tags):
+            ids = [f"scale-{n}-{j}" for j in range(per_tag)]
+            await rt.spawn_many(classes[tag], ids, placement=pool)
+            spawned += len(ids)
+            meter.add(len(ids))
     spawn_s = time.perf_counter() - started
     print(f"  timing {args.queries} discoveries three ways", flush=True)
 
@@ -58,12 +52,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     queries = [[t, t.rsplit(".", 1)[0], t.replace(".", "_")][q % 3]
                for q, t in enumerate(tags[i % len(tags)] for i in range(args.queries))]
     client_ms: list[float] = []
+    meter = Meter("discoveries through one Ray call", unit="queries/s", total=len(queries))
     for query in queries:
         t0 = time.perf_counter()
         found, _ = await rt.cluster.registry().discover(query, None, 64)
         client_ms.append((time.perf_counter() - t0) * 1000)
+        meter.add()
         assert found, query
-    compute_ms = await rt.cluster.registry().time_discover(queries[:150], 4)  # bench only
+    registry: Any = rt.cluster.registry()  # time_discover: the actor's, for benchmarks only
+    compute_ms = await registry.time_discover(queries[:150], 4)
     cached_ms: list[float] = []
     for query in queries:
         t0 = time.perf_counter()
@@ -86,24 +83,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the registry scale benchmark and writes its figures; the exit status."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--agents", type=int, default=10_000)
     parser.add_argument("--tags", type=int, default=100)
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--address", default=None)
     parser.add_argument("--quick", action="store_true", help="1,000 agents, 20 tags, 100 queries")
-    arguments = parser.parse_args()
-    if arguments.quick:
-        arguments.agents, arguments.tags, arguments.queries = 1000, 20, 100
-    out = RESULTS / "quick" if arguments.quick else RESULTS
-    print(f"{arguments.agents} packed agents with {arguments.tags} capability tags on "
-          f"{arguments.hosts} hosts", flush=True)
-    figures = asyncio.run(main(arguments))
+    add_out(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.agents, args.tags, args.queries = 1000, 20, 100
+    print(f"{args.agents} packed agents with {args.tags} capability tags on "
+          f"{args.hosts} hosts", flush=True)
+    figures = asyncio.run(measure(args))
     for key, value in figures.items():
         print(f"{key:<26} {value}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "registry_scale.json").write_text(json.dumps(figures, indent=2) + "\n",
-                                             encoding="utf-8")
-    print(f"wrote {out / 'registry_scale.json'}")
+    write(args, "registry_scale", figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

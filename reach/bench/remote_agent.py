@@ -3,71 +3,59 @@ channel, beside the same 20 agents packed in the cluster.
 
 - remote: the driver's reach client sends by agent ID; each request goes to the agents' host
   (the RemoteHost actor of the gateway replica), over the replica's long poll and WebSocket to
-  the agent's process (``python -m reach.remote``, the same as ``reach connect``), and its reply
-  comes back the same way. The replica is a process of its own (uvicorn serving
-  ``reach.gateway.channel``, as a Ray Serve replica would), joined to the same Ray;
+  the agent's process (``python -m reach.remote``, the same as ``reach connect``, running
+  ``reach.bench.agents:EchoAgent``), and its reply comes back the same way. The replica is a
+  process of its own (this module with ``--channel``: uvicorn serving ``reach.gateway.channel``,
+  as a Ray Serve replica would), joined to the same Ray;
 - packed: the same agent class spawned in a pool of 2 hosts (``reach.Packed``).
 
 K callers (100 by default) each keep one request outstanding. Security is reach's default
 (signed envelopes, audited calls, a bearer token and signed hellos on the channel). Prints msg/s
-and p50/p95/p99 of each; checks the goal (remote >= 400 msg/s with p95 <= 80 ms); writes
-bench/results/remote_agent.json (``--quick``: bench/results/quick/remote_agent.json).
-Run: ``python bench/remote_agent.py [--requests N] [--clients K] [--agents A] [--quick]``.
+and p50/p95/p99 of each (and each one's rate every few seconds as it runs); checks the goal
+(remote >= 400 msg/s with p95 <= 80 ms); writes ``remote_agent.json`` into the results folder
+(:mod:`reach.bench.results`). Run: ``python -m reach.bench.remote_agent [--requests N]
+[--clients K] [--agents A] [--quick] [--out DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from callers import drive, free_port
-from pydantic import BaseModel
+import ray
+import uvicorn
+from starlette.applications import Starlette
 
 import reach
+from reach.bench.agents import Ask, EchoAgent, Said
+from reach.bench.callers import drive, free_port
+from reach.bench.quiet import settle
+from reach.bench.results import add_out, write
+from reach.cluster import CallLimits
+from reach.gateway.auth import token_for
+from reach.gateway.channel import ChannelOptions, channel_routes
+from reach.gateway.options import GatewayOptions
+from reach.remote.wire import agent_secret
+from reach.security.keys import Keyring
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-RESULTS = HERE / "results"
 TEXT = "你好，我的订单 A-1024 什么时候到？"
 GOAL_MSGS_PER_S = 400
 GOAL_P95_MS = 80.0
 REMOTE_HOST = "reach.remote.bench"
 
 
-@reach.schema("bench.remote_ask@1.0")
-class Ask(BaseModel):
-    n: int
-    text: str
-
-
-@reach.schema("bench.remote_said@1.0")
-class Said(BaseModel):
-    n: int
-    text: str
-
-
-class EchoAgent(reach.Agent):
-    capabilities = ("bench.echo",)
-    description = "Says back what it was told (a stand-in for a quick agent)."
-
-    @reach.handler(Ask, returns=Said)
-    async def echo(self, ctx: reach.Context, ask: Ask) -> Said:
-        return Said(n=ask.n, text=ask.text)
-
-
 # -- measuring ----------------------------------------------------------------------------------
 
 async def measured(name: str, rt: reach.Runtime, ids: list[str], total: int,
                    clients: int) -> dict[str, Any]:
-    from quiet import settle
+    """Waits for a quiet machine, warms up, then measures requests to ``ids``; says the figures."""
 
     async def send(i: int) -> int:
         reply = await rt.client.request(ids[i % len(ids)], Ask(n=i, text=TEXT), returns=Said)
@@ -75,7 +63,7 @@ async def measured(name: str, rt: reach.Runtime, ids: list[str], total: int,
 
     await settle()
     await drive(send, min(total, clients * 4), clients)  # warm-up
-    figures = await drive(send, total, clients)
+    figures = await drive(send, total, clients, name)
     print(f"{name:<8} {figures['msgs_per_s']:>7.0f} msg/s   p50 {figures['p50_ms']:>6.1f} ms   "
           f"p95 {figures['p95_ms']:>6.1f} ms   p99 {figures['p99_ms']:>6.1f} ms"
           + (f"   ERRORS {figures['error_kinds']}" if figures["errors"] else ""), flush=True)
@@ -86,13 +74,6 @@ async def measured(name: str, rt: reach.Runtime, ids: list[str], total: int,
 
 def serve_channel(port: int, address: str) -> None:
     """Joins the cluster, starts the RemoteHost and serves the channel until killed."""
-    import uvicorn
-    from starlette.applications import Starlette
-
-    from reach.cluster import CallLimits
-    from reach.gateway.channel import ChannelOptions, channel_routes
-    from reach.gateway.options import GatewayOptions
-
     rt = reach.init(address=address, log_to_driver=False)
     cluster: Any = rt.cluster
     host = cluster.start_remote_host(REMOTE_HOST, CallLimits(), 10.0, 1000)
@@ -103,6 +84,7 @@ def serve_channel(port: int, address: str) -> None:
 
 
 async def wait_port(port: int, proc: subprocess.Popen[bytes], within_s: float = 120) -> None:
+    """Waits until something listens on ``port`` (the channel process, ``proc``)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -116,6 +98,7 @@ async def wait_port(port: int, proc: subprocess.Popen[bytes], within_s: float = 
 
 
 async def wait_online(rt: reach.Runtime, ids: list[str], within_s: float = 180) -> None:
+    """Waits until every remote agent of ``ids`` is registered on the remote host."""
     deadline = time.monotonic() + within_s
     registry = rt.cluster.registry()
     while time.monotonic() < deadline:
@@ -126,13 +109,8 @@ async def wait_online(rt: reach.Runtime, ids: list[str], within_s: float = 180) 
     raise SystemExit(f"the remote agents did not all connect within {within_s} s")
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    import ray
-
-    from reach.gateway.auth import token_for
-    from reach.remote.wire import agent_secret
-    from reach.security.keys import Keyring
-
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Starts the channel and the remote agents, measures them and the packed ones."""
     rt = reach.init(address=args.address, log_to_driver=False)
     await rt.agents()  # reach.init returns before its registry is up
     address = ray.get_runtime_context().gcs_address
@@ -140,10 +118,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     assert keyring_path is not None
     keyring = Keyring.load(keyring_path)
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(HERE), str(ROOT))),
-           "REACH_KEYRING": keyring_path}
-    channel = subprocess.Popen([sys.executable, __file__, "--channel", str(port), "--address",
-                                address], cwd=ROOT, env=env)
+    env = {**os.environ, "REACH_KEYRING": keyring_path}
+    channel = subprocess.Popen([sys.executable, "-m", "reach.bench.remote_agent", "--channel",
+                                str(port), "--address", address], env=env)
     agents: list[subprocess.Popen[bytes]] = []
     ids = [f"remote-echo-{i}" for i in range(args.agents)]
     results: dict[str, Any] = {"agents": args.agents, "clients": args.clients,
@@ -155,9 +132,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for agent_id in ids:
             agents.append(subprocess.Popen(
                 [sys.executable, "-m", "reach.remote", "--gateway", f"ws://127.0.0.1:{port}",
-                 "remote_agent:EchoAgent", "--id", agent_id, "--token", token,
+                 "reach.bench.agents:EchoAgent", "--id", agent_id, "--token", token,
                  "--secret", agent_secret(keyring.master, agent_id).hex()],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 preexec_fn=lambda: os.nice(args.agent_nice)))  # noqa: PLW1509 - one system call
         await wait_online(rt, ids)
         print(f"{args.agents} remote agents (Python-client processes) and the same agents "
@@ -187,8 +164,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the remote-agent benchmark (or, with ``--channel``, the channel's process) and writes
+    its figures; the exit status."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--agents", type=int, default=20)
@@ -197,17 +176,18 @@ if __name__ == "__main__":
                         help="niceness of the agents' processes (Ray's workers run at 15 here: "
                              "the agents, on this machine, compete with the cluster as peers)")
     parser.add_argument("--quick", action="store_true",
-                        help="2,000 requests each; figures to bench/results/quick/")
+                        help="2,000 requests each; figures to the quick/ subfolder")
     parser.add_argument("--channel", type=int, default=None, help=argparse.SUPPRESS)
-    arguments = parser.parse_args()
-    if arguments.channel is not None:
-        serve_channel(arguments.channel, arguments.address)
-        sys.exit(0)
-    if arguments.quick:
-        arguments.requests = 2000
-    figures = asyncio.run(main(arguments))
-    out = RESULTS / "quick" if arguments.quick else RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "remote_agent.json").write_text(json.dumps(figures, indent=2) + "\n",
-                                           encoding="utf-8")
-    print(f"wrote {out / 'remote_agent.json'}")
+    add_out(parser)
+    args = parser.parse_args(argv)
+    if args.channel is not None:
+        serve_channel(args.channel, args.address)
+        return 0
+    if args.quick:
+        args.requests = 2000
+    write(args, "remote_agent", asyncio.run(measure(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,351 +38,59 @@ bench/results/quick/restart.json. Exits non-zero if an agent did not come back. 
 instances on the machine disturb the figures: the number of raylets seen during the run is
 reported, and so is the commit (hosts started during the run import the code on disk: an edit
 made meanwhile is what they run).
-Run: ``python bench/restart.py [--restarts N] [--probe-every MS] [--address ADDR] [--logs]``.
+Each round's figures are printed as it ends (a line every few seconds).
+Run: ``python -m reach.bench.restart [--restarts N] [--probe-every MS] [--address ADDR] [--logs]
+[--out DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
-import json
 import logging
 import os
-import secrets
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import ray
-from pydantic import BaseModel
-from quiet import busy_since, cpu_times
 
 import reach
 from reach import ChildSpec, Intensity, SupervisorSpec
 from reach._runtime.names import POOL_PREFIX
+from reach.bench.agents import Victim
+from reach.bench.restart_probe import (
+    PERIOD_S,
+    PROBE_TIMEOUT_S,
+    SETTLE_WITHIN_S,
+    Contestant,
+    Death,
+    RayAnchor,
+    ReachVictim,
+    cmdline,
+    die_and_return,
+)
+from reach.bench.results import add_out, write
 
-RESULTS = Path(__file__).parent / "results"
 KINDS = ("sigkill", "crash")
 CONTESTANTS = ("packed", "dedicated_spare", "dedicated_cold", "ray")
-#: A new probe request leaves this often (by default), each with this timeout.
+#: A new probe request leaves this often (by default).
 PROBE_EVERY_MS = 2.0
-PROBE_TIMEOUT_S = 2.0
-#: How long the probes still out after the first new reply may take before they are ended.
-PROBE_GRACE_S = 0.3
-#: Longest wait for a new incarnation, and for the steady state after it.
-BACK_WITHIN_S = 30.0
-SETTLE_WITHIN_S = 30.0
-#: The supervisors' intensity period: a death waits until the previous restart is out of it.
-PERIOD_S = 1.0
 #: The goals: (p50, p95) in ms, and how much faster than Ray's restart (at p50).
 GOALS = {"packed": (50.0, 150.0), "dedicated_spare": (100.0, 300.0)}
 SPEEDUP_GOAL = 10.0
-
-
-@reach.schema("bench.restart.ping@1.0")
-class Ping(BaseModel):
-    pass
-
-
-@reach.schema("bench.restart.crash@1.0")
-class Crash(BaseModel):
-    mark: str
-
-
-@reach.schema("bench.restart.incarnation@1.0")
-class Incarnation(BaseModel):
-    pid: int
-    token: str
-
-
-def crash_now(mark: str) -> None:
-    """Writes this moment (epoch seconds) to ``mark``, then ends this process at once."""
-    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, repr(time.time()).encode("ascii"))
-    os.close(fd)
-    os._exit(1)
-
-
-class Victim(reach.Agent):
-    capabilities = ("bench.restart",)
-    description = "Says which incarnation it is; crashes its own process on request."
-
-    def __init__(self) -> None:
-        self.token = secrets.token_hex(8)
-
-    @reach.handler(Ping, returns=Incarnation)
-    async def ping(self, ctx: reach.Context, _: Ping) -> Incarnation:
-        return Incarnation(pid=os.getpid(), token=self.token)
-
-    @reach.handler(Crash, returns=Incarnation)
-    async def crash(self, ctx: reach.Context, c: Crash) -> Incarnation:
-        crash_now(c.mark)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-
-@ray.remote(max_restarts=-1)
-class RayVictim:
-    """Ray's own restart, the anchor: the same two methods on a plain async actor."""
-
-    def __init__(self) -> None:
-        self.token = secrets.token_hex(8)
-
-    async def ping(self) -> tuple[int, str]:
-        return os.getpid(), self.token
-
-    async def crash(self, mark: str) -> None:
-        crash_now(mark)
-
-
-class Contestant(Protocol):
-    name: str
-
-    async def ping(self) -> tuple[int, str]:
-        """The current incarnation's (pid, token), within the probe timeout."""
-        ...
-
-    def crash(self, mark: str) -> asyncio.Future[Any]:
-        """Sends the crash request (its outcome, a failure, is the caller's to read)."""
-        ...
-
-    def is_process(self, pid: int) -> bool:
-        """Whether ``pid`` is (still) this contestant's kind of process (never kill on a guess)."""
-        ...
-
-    async def ready(self) -> dict[str, Any] | None:
-        """The restart's record once the steady state is back, else None (not yet)."""
-        ...
-
-    async def quiet_after(self) -> float:
-        """Epoch seconds before which the next death would not be the first in its window."""
-        ...
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-class ReachVictim:
-    """A supervised Victim agent, placed as its contestant says."""
-
-    def __init__(self, name: str, rt: reach.Runtime, sup: reach.SupervisorRef, agent_id: str,
-                 *, pool: str | None = None, spare: bool = False) -> None:
-        self.name, self.rt, self.sup, self.agent_id = name, rt, sup, agent_id
-        self.pool, self.spare = pool, spare
-        self.seen = 0  # restarts of this agent recorded by its supervisor so far
-
-    async def ping(self) -> tuple[int, str]:
-        reply = await self.rt.client.request(self.agent_id, Ping(), returns=Incarnation,
-                                             timeout_ms=int(PROBE_TIMEOUT_S * 1000))
-        return reply.value.pid, reply.value.token
-
-    def crash(self, mark: str) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(self.rt.client.request(
-            self.agent_id, Crash(mark=mark), timeout_ms=int(PROBE_TIMEOUT_S * 1000)))
-
-    def is_process(self, pid: int) -> bool:
-        return b"AgentHost" in cmdline(pid)
-
-    async def _restarts(self) -> list[reach.RestartRecord]:
-        status = await self.sup.status()
-        return [r for r in status.restarts if r.child == self.agent_id]
-
-    async def ready(self) -> dict[str, Any] | None:
-        mine = await self._restarts()
-        if len(mine) <= self.seen:
-            return None
-        if self.pool is not None and not await self._pool_up():
-            return None
-        if self.spare and not await self._spare_offered():
-            return None
-        self.seen = len(mine)
-        last = mine[-1]
-        return {"supervisor_ms": round(last.latency_s * 1000, 2), "running_at": last.at,
-                "placement": str(last.placement), "reason": last.reason}
-
-    async def _pool_up(self) -> bool:
-        """Whether both hosts of the pool answer (a dead one is started again in the
-        background: the next death must find two)."""
-        for i in range(2):
-            name = f"{POOL_PREFIX}{self.pool}.{i}"
-            self.rt.cluster.forget(name)  # a cached port may be the dead one's
-            try:
-                await asyncio.wait_for(_awaited(self.rt.cluster.host(name).count()), 2)
-            except (reach.ReachError, TimeoutError):
-                return False
-        return True
-
-    async def _spare_offered(self) -> bool:
-        offered = await self.rt.cluster.registry().spares()
-        return sum(len(names) for names in offered.values()) >= 1
-
-    async def quiet_after(self) -> float:
-        mine = await self._restarts()
-        return mine[-1].at + PERIOD_S if mine else 0.0
-
-
-class RayAnchor:
-    """Ray's actor restart: no supervisor, no steady state to wait for beyond the reply."""
-
-    name = "ray"
-
-    def __init__(self) -> None:
-        self.actor = RayVictim.remote()  # type: ignore[attr-defined]
-
-    async def ping(self) -> tuple[int, str]:
-        pid, token = await asyncio.wait_for(_awaited(self.actor.ping.remote()), PROBE_TIMEOUT_S)
-        return int(pid), str(token)
-
-    def crash(self, mark: str) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(_awaited(self.actor.crash.remote(mark)))
-
-    def is_process(self, pid: int) -> bool:
-        return b"RayVictim" in cmdline(pid)
-
-    async def ready(self) -> dict[str, Any] | None:
-        return {}
-
-    async def quiet_after(self) -> float:
-        return 0.0
-
-
-async def _awaited(call: Any) -> Any:
-    return await call
-
-
-@dataclass
-class Death:
-    """One death and the return that followed it."""
-
-    contestant: str
-    kind: str
-    ms: float | None = None  # death to the first reply of the new incarnation
-    probes: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    sent_to_crash_ms: float | None = None  # crash only: request sent to os._exit
-    settle_ms: float | None = None  # first new reply to the steady state
-    busy: float | None = None  # the machine's CPU busy share from the death to the return
-    supervisor: dict[str, Any] = field(default_factory=dict)
-    #: The last failure of each type the probes met: (ms after the death, its message).
-    last_errors: dict[str, tuple[float, str]] = field(default_factory=dict)
-    note: str = ""
-
-
-@dataclass
-class Probing:
-    """What the caller saw while probing: the first new reply, the probes, their failures."""
-
-    arrived: float | None = None  # epoch seconds: the first reply of the new incarnation
-    probes: int = 0
-    errors: collections.Counter[str] = field(default_factory=collections.Counter)
-    #: The last failure of each type: (epoch seconds, its message).
-    last_error: dict[str, tuple[float, str]] = field(default_factory=dict)
-
-
-async def until_new(c: Contestant, old_token: str, every_s: float) -> Probing:
-    """Probes every ``every_s`` until a reply from an incarnation other than ``old_token``
-    (for at most BACK_WITHIN_S)."""
-    loop = asyncio.get_running_loop()
-    first: asyncio.Future[float] = loop.create_future()
-    seen = Probing()
-    errors = seen.errors
-
-    async def probe() -> None:
-        try:
-            _, token = await c.ping()
-        except Exception as exc:  # a failed probe is counted: the next one may succeed
-            errors[type(exc).__name__] += 1
-            seen.last_error[type(exc).__name__] = (time.time(), str(exc)[:300])
-            return
-        arrived = time.time()
-        if token != old_token and not first.done():
-            first.set_result(arrived)
-
-    probes: list[asyncio.Task[None]] = []
-    end = time.monotonic() + BACK_WITHIN_S
-    while not first.done() and time.monotonic() < end:
-        probes.append(loop.create_task(probe()))
-        await asyncio.wait({first}, timeout=every_s)
-    # The probes still out end by themselves shortly (a reach probe waiting for the restart is
-    # answered), or not before their timeout (some of Ray's): those are ended here, counted.
-    _, late = await asyncio.wait(probes, timeout=PROBE_GRACE_S)
-    for task in late:
-        task.cancel()
-    await asyncio.gather(*late, return_exceptions=True)
-    if late:
-        errors["unanswered"] += len(late)
-    seen.arrived = first.result() if first.done() else None
-    seen.probes = len(probes)
-    return seen
-
-
-async def die_and_return(c: Contestant, kind: str, marks: Path, every_s: float) -> Death:
-    """Kills ``c`` once (``kind``), measures its return, waits for the steady state."""
-    death = Death(c.name, kind)
-    wait = await c.quiet_after() - time.time()
-    if wait > 0:  # the previous restart is still in the intensity period
-        await asyncio.sleep(wait)
-    pid, token = await c.ping()
-    before = cpu_times()
-    crash: asyncio.Future[Any] | None = None
-    mark = marks / f"{c.name}-{secrets.token_hex(4)}"
-    if kind == "sigkill":
-        if not c.is_process(pid):
-            death.note = f"pid {pid} is not the agent's process"
-            return death
-        died = time.time()
-        os.kill(pid, signal.SIGKILL)
-    else:
-        sent = time.time()
-        crash = c.crash(str(mark))
-    seen = await until_new(c, token, every_s)
-    arrived, death.probes, death.errors = seen.arrived, seen.probes, dict(seen.errors)
-    death.busy = busy_since(before)
-    if crash is not None:
-        await asyncio.gather(crash, return_exceptions=True)  # it fails: its process died
-        try:
-            died = float(mark.read_text(encoding="ascii"))
-        except (OSError, ValueError):
-            death.note = "the crash left no mark"
-            return death
-        death.sent_to_crash_ms = round((died - sent) * 1000, 2)
-    if arrived is None:
-        death.note = f"no new incarnation within {BACK_WITHIN_S:.0f} s"
-        return death
-    death.ms = round((arrived - died) * 1000, 2)
-    end = time.monotonic() + SETTLE_WITHIN_S
-    while (record := await c.ready()) is None:
-        if time.monotonic() > end:
-            death.note = f"no steady state within {SETTLE_WITHIN_S:.0f} s after the return"
-            break
-        await asyncio.sleep(0.01)
-    death.settle_ms = round((time.time() - arrived) * 1000, 2)
-    death.supervisor = record or {}
-    if "running_at" in death.supervisor:  # where the time went: detection, restart, the caller
-        running = death.supervisor.pop("running_at")
-        death.supervisor["detected_ms"] = round(
-            (running - died) * 1000 - death.supervisor["supervisor_ms"], 2)
-        death.supervisor["running_ms"] = round((running - died) * 1000, 2)
-    death.last_errors = {k: (round((t - died) * 1000, 1), m) for k, (t, m)
-                         in seen.last_error.items()}
-    return death
-
-
+#: The checkout this module is in, if it is one (a wheel's install is not).
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def pct(values: list[float], p: int) -> float | None:
+    """The ``p``-th percentile of ``values`` (the one value if one, None if none)."""
     if len(values) < 2:
         return values[0] if values else None
     return round(statistics.quantiles(values, n=100, method="inclusive")[p - 1], 2)
@@ -390,13 +98,15 @@ def pct(values: list[float], p: int) -> float | None:
 
 def commit() -> str | None:
     """The checkout's commit, marked ``+dirty`` when tracked files differ from it (new
-    processes import the code as it is on disk when they start)."""
+    processes import the code as it is on disk when they start); None outside a checkout."""
+    if not (CHECKOUT / ".git").exists():
+        return None
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+                              text=True, check=True, cwd=CHECKOUT).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, check=True,
-                               cwd=Path(__file__).parent).stdout.strip()
+                               cwd=CHECKOUT).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+dirty" if dirty else "")
@@ -417,6 +127,7 @@ def raylets() -> int:
 
 
 def summary(deaths: list[Death]) -> dict[str, Any]:
+    """The figures of one contestant's deaths of one kind."""
     ms = [d.ms for d in deaths if d.ms is not None]
     sup = [d.supervisor["supervisor_ms"] for d in deaths if "supervisor_ms" in d.supervisor]
     crash = [d.sent_to_crash_ms for d in deaths if d.sent_to_crash_ms is not None]
@@ -459,6 +170,7 @@ def judge(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def show(figures: dict[str, dict[str, Any]], verdict: dict[str, Any]) -> None:
+    """Prints the table of figures and the goals."""
     def ms(v: float | None) -> str:
         return f"{v:>8.1f}" if v is not None else f"{'-':>8}"
 
@@ -516,14 +228,14 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
                                        f"victim-spare-{tag}", spare=True),
         "dedicated_cold": ReachVictim("dedicated_cold", cold, sups["dedicated_cold"],
                                       f"victim-cold-{tag}"),
-        "ray": RayAnchor(),
+        "ray": (anchor := RayAnchor()),
     }
     for c in contestants.values():  # up, and in the steady state (the spare offered)
         await c.ping()
         end = time.monotonic() + SETTLE_WITHIN_S
         while isinstance(c, ReachVictim) and not (
-                (c.pool is None or await c._pool_up())
-                and (not c.spare or await c._spare_offered())):
+                (c.pool is None or await c.pool_up())
+                and (not c.spare or await c.spare_offered())):
             if time.monotonic() > end:
                 raise RuntimeError(f"{c.name} did not reach its steady state")
             await asyncio.sleep(0.05)
@@ -545,7 +257,7 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
     wall = time.perf_counter() - started
     for sup in sups.values():
         await sup.stop()
-    ray.kill(contestants["ray"].actor, no_restart=True)  # type: ignore[attr-defined]
+    ray.kill(anchor.actor, no_restart=True)
     for i in range(2):  # pool hosts outlive their agents: end them too
         with contextlib.suppress(reach.ReachError):  # gone already
             rt.cluster.kill(rt.cluster.host(f"{POOL_PREFIX}{pool}.{i}"))
@@ -555,7 +267,8 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
     figures = {n: {k: summary(deaths[n][k]) for k in KINDS} for n in CONTESTANTS}
     verdict = judge(figures)
     show(figures, verdict)
-    ours = 0 if address or os.environ.get("RAY_ADDRESS") else 1  # a local Ray of our own
+    joined = address or os.environ.get("RAY_ADDRESS") or "local"
+    ours = 1 if joined == "local" else 0  # a local Ray of our own (``reach bench`` says "local")
     others = max(before, max(seen) - ours)
     print(f"raylets on this machine: {before} before this run's Ray, {min(seen)}..{max(seen)} "
           f"during it ({ours} ours): {'other Rays overlapped' if others else 'no other Ray'}")
@@ -570,8 +283,9 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
             **verdict, "contestants": figures}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the restart benchmark and writes its figures; non-zero if an agent did not return."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--restarts", type=int, default=20,
                         help="deaths of each kind per contestant (20)")
     parser.add_argument("--address", default=None)
@@ -580,17 +294,15 @@ def main() -> int:
     parser.add_argument("--probe-every", type=float, default=PROBE_EVERY_MS,
                         help="milliseconds between the caller's probes (2)")
     parser.add_argument("--quick", action="store_true", help="5 deaths of each kind")
-    args = parser.parse_args()
+    add_out(parser)
+    args = parser.parse_args(argv)
     if args.quick:
         args.restarts = 5
     print(f"{args.restarts} deaths of each kind per contestant: "
           f"{', '.join(CONTESTANTS)}; kinds {', '.join(KINDS)}", flush=True)
     figures = asyncio.run(run(args.restarts, args.address, logs=args.logs,
                               probe_every_ms=args.probe_every))
-    out = RESULTS / "quick" if args.quick else RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "restart.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'restart.json'}")
+    write(args, "restart", figures)
     failed = sum(figures["contestants"][n][k]["failed"] for n in CONTESTANTS for k in KINDS)
     if failed:
         print(f"FAIL: {failed} deaths without a return (see 'note' in the JSON)")

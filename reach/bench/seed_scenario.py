@@ -10,13 +10,15 @@ Contestants on one Ray cluster, one after the other:
 - packed_audited:   packed_signed with every call recorded in the audit log (reach's default).
 
 Every contestant gets the same conditions: each round of each runs as a driver process of its
-own joining the same cluster (this script with ``--contestant``; raw Ray's is a plain
+own joining the same cluster (this module with ``--contestant``; raw Ray's is a plain
 ``ray.init`` that starts no reach runtime), on actors created for that round and removed after
 it (a packed round's pool hosts too), once the machine is quiet. They take turns, ``--rounds``
 times each (3 by default, in alternating order), and each reports its best round, so that a
 moment of noise on a shared machine does not decide the comparison.
-Prints msg/s and p50/p95/p99 latency for each and writes bench/results/seed_scenario.json.
-Run: ``python bench/seed_scenario.py [--messages N] [--inflight K] [--address ADDR]``.
+Each round says its rate every few seconds as it runs; prints msg/s and p50/p95/p99 latency for
+each and writes ``seed_scenario.json`` into the results folder (:mod:`reach.bench.results`).
+Run: ``python -m reach.bench.seed_scenario [--messages N] [--inflight K] [--address ADDR]
+[--quick] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -28,18 +30,19 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
-from pydantic import BaseModel
-from quiet import settle
 
 import reach
+from reach.bench.agents import Item, ItemEcho, raw_actor
+from reach.bench.progress import Meter
+from reach.bench.quiet import settle
+from reach.bench.results import add_out, write
 
-RESULTS = Path(__file__).parent / "results"
 AGENTS = 20
 PAYLOAD = {"sku": "A-1024", "text": "蓝色羊毛围巾，手工编织，适合冬天 🧣", "qty": 2}
 SECURITY_OFF = {"sign": False, "encrypt": False, "audit_calls": False}
@@ -55,31 +58,11 @@ REACH: dict[str, tuple[str, dict[str, bool]]] = {
 CONTESTANTS = ("raw", *REACH)
 
 
-@reach.schema("bench.item@1.0")
-class Item(BaseModel):
-    sku: str
-    text: str
-    qty: int
-
-
-class EchoAgent(reach.Agent):
-    capabilities = ("bench.echo",)
-    description = "Echoes an item back with its quantity doubled."
-
-    @reach.handler(Item, returns=Item)
-    async def echo(self, ctx: reach.Context, item: Item) -> Item:
-        return Item(sku=item.sku, text=item.text, qty=item.qty * 2)
-
-
-@ray.remote
-class RawActor:
-    async def echo(self, item: dict[str, Any]) -> dict[str, Any]:
-        return {"sku": item["sku"], "text": item["text"], "qty": item["qty"] * 2}
-
-
-async def drive(send: Callable[[int], Awaitable[Any]], total: int, inflight: int
-                ) -> dict[str, float]:
-    """Keeps ``inflight`` requests outstanding until ``total`` are done; returns the figures."""
+async def drive(send: Callable[[int], Awaitable[Any]], total: int, inflight: int,
+                progress: str | None = None) -> dict[str, float]:
+    """Keeps ``inflight`` requests outstanding until ``total`` are done; returns the figures
+    (with ``progress``, a line so labelled says the rate every few seconds)."""
+    meter = Meter(progress, total=total) if progress else None
     latencies: list[float] = []
     next_i = 0
 
@@ -91,9 +74,15 @@ async def drive(send: Callable[[int], Awaitable[Any]], total: int, inflight: int
             t0 = time.perf_counter()
             await send(i)
             latencies.append(time.perf_counter() - t0)
+            if meter is not None:
+                meter.add()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(inflight)))
+    if meter is None:
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+    else:
+        async with meter.watching():
+            await asyncio.gather(*(worker() for _ in range(inflight)))
     wall = time.perf_counter() - started
     q = statistics.quantiles(latencies, n=100, method="inclusive")
     return {"messages": total, "seconds": round(wall, 3), "msgs_per_s": round(total / wall, 1),
@@ -101,8 +90,9 @@ async def drive(send: Callable[[int], Awaitable[Any]], total: int, inflight: int
             "p99_ms": round(q[98] * 1000, 2)}
 
 
-async def run_raw(total: int, inflight: int) -> dict[str, float]:
-    actors = [RawActor.remote() for _ in range(AGENTS)]
+async def run_raw(total: int, inflight: int, label: str = "raw") -> dict[str, float]:
+    """Raw Ray's round: plain actors, one actor call per message."""
+    actors = [raw_actor.remote() for _ in range(AGENTS)]
     await asyncio.gather(*(a.echo.remote(PAYLOAD) for a in actors))
 
     async def send(i: int) -> Any:
@@ -111,7 +101,7 @@ async def run_raw(total: int, inflight: int) -> dict[str, float]:
         return out
 
     await drive(send, min(total, 500), inflight)  # warm-up
-    result = await drive(send, total, inflight)
+    result = await drive(send, total, inflight, label)
     for a in actors:
         ray.kill(a)
     return result
@@ -119,8 +109,9 @@ async def run_raw(total: int, inflight: int) -> dict[str, float]:
 
 async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, total: int,
                     inflight: int) -> dict[str, float]:
+    """A reach contestant's round: ``AGENTS`` agents placed by ``placement``, by ID."""
     ids = [f"{prefix}-{i}" for i in range(AGENTS)]
-    records = await rt.spawn_many(EchoAgent, ids, placement=placement)
+    records = await rt.spawn_many(ItemEcho, ids, placement=placement)
     item = Item(**PAYLOAD)
 
     async def send(i: int) -> Any:
@@ -130,7 +121,7 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
 
     await drive(send, min(total, 500), inflight)  # warm-up
     sent0, batches0 = rt.transport.envelopes_sent, rt.transport.batches_sent
-    result = await drive(send, total, inflight)
+    result = await drive(send, total, inflight, prefix)
     batches = rt.transport.batches_sent - batches0
     result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
     for agent_id in ids:
@@ -143,6 +134,7 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
 
 
 def show(name: str, r: dict[str, float]) -> None:
+    """Prints one contestant's figures."""
     print(f"{name:<17} {r['msgs_per_s']:>9.0f} msg/s   p50 {r['p50_ms']:>7.1f} ms   "
           f"p95 {r['p95_ms']:>7.1f} ms   p99 {r['p99_ms']:>7.1f} ms", flush=True)
 
@@ -153,11 +145,12 @@ async def contestant(args: argparse.Namespace) -> dict[str, Any]:
     if args.contestant == "raw":  # a plain Ray driver, as a user without reach would write it
         ray.init(address=args.address, log_to_driver=False)
         try:
-            return await run_raw(args.messages, args.inflight)
+            return await run_raw(args.messages, args.inflight, name)
         finally:
             ray.shutdown()
     kind, security = REACH[args.contestant]
-    rt = reach.init(address=args.address, log_to_driver=False, **security)
+    rt = reach.init(address=args.address, log_to_driver=False, sign=security["sign"],
+                    encrypt=security["encrypt"], audit_calls=security["audit_calls"])
     # Fresh hosts every round: every contestant starts as the first one did.
     placement = reach.Packed(pool=name, size=2) if kind == "packed" else reach.Dedicated()
     result = await run_reach(rt, placement, name, args.messages, args.inflight)
@@ -165,21 +158,33 @@ async def contestant(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-
-
 def run_contestant(name: str, address: str, args: argparse.Namespace, round_: int
                    ) -> dict[str, Any]:
-    """Runs one round of a contestant as a driver of its own on the same cluster."""
-    cmd = [sys.executable, __file__, "--contestant", name, "--address", address,
-           "--messages", str(args.messages), "--inflight", str(args.inflight),
-           "--round", str(round_)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    last = out.stdout.strip().splitlines()[-1]
-    result: dict[str, Any] = json.loads(last)
+    """Runs one round of a contestant as a driver of its own on the same cluster, passing its
+    progress lines on as they come; its figures are its last line."""
+    cmd = [sys.executable, "-m", "reach.bench.seed_scenario", "--contestant", name,
+           "--address", address, "--messages", str(args.messages),
+           "--inflight", str(args.inflight), "--round", str(round_)]
+    figures = ""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as err, subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=err, encoding="utf-8") as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("{"):
+                figures = line
+            else:
+                print(line, end="", flush=True)
+        if proc.wait() != 0 or not figures:
+            err.seek(0)
+            said = err.read()
+            print(said, end="", file=sys.stderr, flush=True)
+            raise subprocess.CalledProcessError(proc.returncode, cmd, figures, said)
+    result: dict[str, Any] = json.loads(figures)
     return result
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
+async def conduct(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs every round of every contestant; their best rounds, compared."""
     # This driver starts Ray and reach's registry and store (or joins them), then only
     # conducts: every contestant runs in a driver of its own.
     rt = reach.init(address=args.address, log_to_driver=False, sign=False)
@@ -213,27 +218,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the seed scenario (or, with ``--contestant``, one round of one contestant)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--inflight", type=int, default=100)
     parser.add_argument("--address", default=None)
     parser.add_argument("--quick", action="store_true",
-                        help="1,000 messages, 50 in flight; figures to bench/results/quick/")
+                        help="1,000 messages, 50 in flight; figures to the quick/ subfolder")
     parser.add_argument("--rounds", type=int, default=3,
                         help="turns each contestant takes (its best one is reported)")
     parser.add_argument("--contestant", choices=CONTESTANTS, default=None,
                         help="run one round of one contestant (a child driver), print its JSON")
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
-    arguments = parser.parse_args()
-    if arguments.quick:
-        arguments.messages, arguments.inflight, arguments.rounds = 1000, 50, 1
-    if arguments.contestant:
-        print(json.dumps(asyncio.run(contestant(arguments))))
-        sys.exit(0)
-    figures = asyncio.run(main(arguments))
-    out = RESULTS / "quick" if arguments.quick else RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "seed_scenario.json").write_text(json.dumps(figures, indent=2) + "\n",
-                                            encoding="utf-8")
-    print(f"wrote {out / 'seed_scenario.json'}")
+    add_out(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.inflight, args.rounds = 1000, 50, 1
+    if args.contestant:
+        print(json.dumps(asyncio.run(contestant(args))), flush=True)
+        return 0
+    write(args, "seed_scenario", asyncio.run(conduct(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,20 +7,22 @@ Two levels, in one run:
   one transaction per message;
 - store: the SessionStore actor through Ray, ``--callers`` concurrent appenders, each call
   carrying one message (or ``--per-call``), with group commit on and off.
-Writes bench/results/sessions.json. Run: ``python bench/sessions.py``, or with ``--quick``
-(a tenth of the messages; written to bench/results/quick/sessions.json).
+Each level says its append rate every few seconds as it runs. Writes ``sessions.json`` into the
+results folder (:mod:`reach.bench.results`). Run: ``python -m reach.bench.sessions [--out DIR]``,
+or with ``--quick`` (a tenth of the messages).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -29,13 +31,16 @@ from actors.session_storage import SqliteStorage, WriteBatch, pack
 from actors.sessions import SessionStore
 from reach._ray import RayCluster
 from reach._runtime.store import StoreClient
+from reach.bench.agents import ray_actor
+from reach.bench.progress import Meter
+from reach.bench.results import add_out, write
 from reach.security.guard import SecurityConfig
 
-RESULTS = Path(__file__).parent / "results"
 PAYLOAD = {"text": "客户问：订单 A-1024 什么时候到？ 📦", "order_id": "A-1024"}
 
 
 def p95(values: list[float]) -> float:
+    """The 95th percentile of ``values``."""
     return round(statistics.quantiles(values, n=100, method="inclusive")[94], 3)
 
 
@@ -48,12 +53,14 @@ async def storage_level(folder: Path, messages: int, group: int) -> dict[str, An
         await storage.open()
         await storage.write(WriteBatch(sessions=[("s", "a", "b", "{}", time.time())]))
         blob = pack(PAYLOAD)
+        meter = Meter(f"storage, {name}", total=count)
         started = time.perf_counter()
         for first in range(1, count + 1, per_commit):
             seqs = range(first, min(first + per_commit, count + 1))
             await storage.write(WriteBatch(
                 messages=[("s", n, f"m{n}", "a", "message", blob, "x@1.0", 0.0) for n in seqs],
                 session_seq={"s": seqs[-1] + 1}))
+            meter.add(len(seqs))
         wall = time.perf_counter() - started
         out[name] = {"messages": count, "per_commit": per_commit,
                      "msgs_per_s": round(count / wall, 1)}
@@ -73,26 +80,30 @@ async def store_level(folder: Path, group_commit: bool, callers: int, per_call: 
     process's coalescing appender when ``coalesce``)."""
     name = "group" if group_commit else "single"
     cluster = RayCluster(SecurityConfig(sign=False))
-    store = ray.remote(SessionStore).options(num_cpus=0, max_concurrency=10_000).remote(
+    store = ray_actor(SessionStore, num_cpus=0, max_concurrency=10_000).remote(
         cluster, str(folder / f"store-{name}-{per_call}-{coalesce}.db"),
         group_commit=group_commit, compact_after=10**9, name=f"bench.{name}")
     await store.open_session.remote("bench", "a", "b", {}, {})
-    coalescing = StoreClient(cluster, port=_Store(store))
+    coalescing = StoreClient(cluster, port=cast(Any, _Store(store)))  # the one method it calls
     sent = 0
+    meter = Meter(f"store, {name} commit, {per_call} per call", total=messages)
 
     async def caller(c: int) -> None:
         nonlocal sent
         while sent < messages:
-            batch = [{"msg_id": f"c{c}-{sent + k}", "sender": "a", "payload": PAYLOAD}
-                     for k in range(per_call)]
+            batch: list[dict[str, object]] = [
+                {"msg_id": f"c{c}-{sent + k}", "sender": "a", "payload": PAYLOAD}
+                for k in range(per_call)]
             sent += per_call
             if coalesce:
                 await coalescing.append("bench", batch)
             else:
                 await store.append.remote("bench", batch)
+            meter.add(per_call)
 
     started = time.perf_counter()
-    await asyncio.gather(*(caller(c) for c in range(callers)))
+    async with meter.watching():
+        await asyncio.gather(*(caller(c) for c in range(callers)))
     wall = time.perf_counter() - started
     stats = await store.stats.remote()
     result = {"messages": sent, "callers": callers, "per_call": per_call,
@@ -109,12 +120,13 @@ class _Store:
         self._handle = handle
 
     def append_many(self, appends: Any) -> Any:
+        """Sends ``appends`` to the store actor; its reply's object ref."""
         return self._handle.append_many.remote(appends)
 
 
 async def context_read(folder: Path, size: int, reads: int) -> dict[str, Any]:
     """p95 of reading the summary and last 20 messages of a ``size``-message session."""
-    store = ray.remote(SessionStore).options(num_cpus=0, max_concurrency=10_000).remote(
+    store = ray_actor(SessionStore, num_cpus=0, max_concurrency=10_000).remote(
         RayCluster(SecurityConfig(sign=False)), str(folder / "context.db"), compact_after=10**9,
         name="bench.context")
     await store.open_session.remote("big", "a", "b", {}, {})
@@ -132,7 +144,8 @@ async def context_read(folder: Path, size: int, reads: int) -> dict[str, Any]:
             "p95_ms": p95(times)}
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the three levels; their figures."""
     reach.init(address=args.address, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
         folder = Path(tmp)
@@ -162,8 +175,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the sessions benchmark and writes its figures; the exit status."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--store-messages", type=int, default=5_000)
     parser.add_argument("--callers", type=int, default=64)
@@ -173,12 +187,14 @@ if __name__ == "__main__":
                         help="size of the session whose context is read")
     parser.add_argument("--address", default=None)
     parser.add_argument("--quick", action="store_true", help="a tenth of the messages and reads")
-    arguments = parser.parse_args()
-    if arguments.quick:
+    add_out(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
         for name in ("messages", "store_messages", "reads", "session_messages"):
-            setattr(arguments, name, getattr(arguments, name) // 10)
-    out = RESULTS / "quick" if arguments.quick else RESULTS
-    result = asyncio.run(main(arguments))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sessions.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'sessions.json'}")
+            setattr(args, name, getattr(args, name) // 10)
+    write(args, "sessions", asyncio.run(measure(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,35 +9,25 @@ import contextlib
 import json
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from reach._runtime.names import DEFAULT_SESSIONS
+from reach.bench import BENCHMARKS
+from reach.bench.results import DEFAULT_OUT, folder
 
 if TYPE_CHECKING:
     from reach.runtime import Runtime
 
-#: The benchmarks ``reach bench`` runs, in order, with the arguments of a quick run of each.
-BENCHMARKS: dict[str, tuple[str, ...]] = {
-    "codec": ("--quick",),
-    "seed_scenario": ("--quick",),
-    "registry_scale": ("--quick",),
-    "chaos": ("--quick",),
-    "sessions": ("--quick",),
-    "io_bound": ("--quick",),
-    "restart": ("--quick",),
-    "gateway": ("--quick",),
-    "remote_agent": ("--quick",),
-}
 #: A benchmark silent for this long gets a line saying it is still running.
 QUIET_S = 15.0
+#: The package whose modules ``reach bench`` runs, one ``python -m`` process each.
+BENCH_PACKAGE = "reach.bench"
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -100,55 +90,63 @@ def _one_line(error: Exception) -> str:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    try:
-        from reach.tools import benchchart
-    except ImportError as exc:  # matplotlib is an extra: only the chart needs it
-        print(f"reach bench: the chart needs matplotlib ({exc}); install reach[bench]",
-              file=sys.stderr)
-        return 2
-
-    folder = Path(args.dir)
-    results = folder / "results" / ("quick" if args.quick else "")
+    results = folder(args.out, args.quick)
     names = [n for n in BENCHMARKS if n in (args.only or BENCHMARKS)]
     failed = []
     if not args.chart_only:
-        missing = [n for n in names if not (folder / f"{n}.py").is_file()]
-        if missing:
-            print(f"reach bench: no {', '.join(missing)} in {folder}/ (run it from the "
-                  "repository's root, or pass --dir)", file=sys.stderr)
-            return 2
+        where = args.address or os.environ.get("RAY_ADDRESS") or "a local Ray of each one's own"
+        print(f"reach bench: {len(names)} benchmark(s) on {where}; results in {results}",
+              flush=True)
         for i, name in enumerate(names, 1):
-            extra = list(BENCHMARKS[name]) if args.quick else []
-            print(f"[{i}/{len(names)}] {name}: {folder / name}.py {' '.join(extra)}".rstrip(),
-                  flush=True)
-            with _kept_apart(folder / "results", results, name):
-                code, took = _run(folder / f"{name}.py", extra, name)
+            command = _bench_command(name, args)
+            print(f"[{i}/{len(names)}] {name}: python {' '.join(command[1:])}", flush=True)
+            code, took = _run(command, name, args.address)
             print(f"[{i}/{len(names)}] {name}: {'done' if code == 0 else f'FAILED ({code})'} "
                   f"in {took:.1f} s", flush=True)
             if code != 0:
                 failed.append(name)
-    figures, problems = benchchart.load(results)
-    for problem in problems:
-        print(f"reach bench: unreadable results: {problem}", file=sys.stderr)
-    title = "reach benchmarks" + (" (quick run: small sizes, rough figures)" if args.quick else "")
-    print(f"chart: {benchchart.draw(figures, results / 'chart.png', title=title)}")
+    chart = _chart(results, args.quick, required=args.chart_only)
     if failed:
         print(f"reach bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
+    return chart
+
+
+def _bench_command(name: str, args: argparse.Namespace) -> list[str]:
+    """The command line that runs benchmark ``name`` from the package."""
+    return [sys.executable, "-m", f"{BENCH_PACKAGE}.{name}", *(["--quick"] if args.quick else []),
+            "--out", str(args.out)]
+
+
+def _chart(results: Path, quick: bool, *, required: bool) -> int:
+    """Draws the chart of the results in ``results``; 0, or 2 when it cannot (matplotlib is
+    missing) and the chart was all that was asked for."""
+    try:
+        from reach.tools import benchchart  # matplotlib is an extra: only the chart needs it
+    except ImportError as exc:
+        print(f"reach bench: chart skipped: it needs matplotlib ({exc}); "
+              "pip install 'reach[bench]'", file=sys.stderr)
+        return 2 if required else 0
+    figures, problems = benchchart.load(results)
+    for problem in problems:
+        print(f"reach bench: unreadable results: {problem}", file=sys.stderr)
+    title = "reach benchmarks" + (" (quick run: small sizes, rough figures)" if quick else "")
+    print(f"chart: {benchchart.draw(figures, results / 'chart.png', title=title)}")
     return 0
 
 
-def _run(script: Path, extra: list[str], name: str) -> tuple[int, float]:
-    """Runs one benchmark script, streaming its output with the elapsed time; (status, secs)."""
+def _run(command: list[str], name: str, address: str | None) -> tuple[int, float]:
+    """Runs one benchmark, streaming its output with the elapsed time; (status, secs)."""
     started = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if address:
+        env["RAY_ADDRESS"] = address
     # A benchmark starts a Ray of its own unless RAY_ADDRESS names a cluster: Ray's default,
     # joining whatever cluster started last on this machine, would measure (and disturb) that.
     if not env.get("RAY_ADDRESS"):
         env["RAY_ADDRESS"] = "local"
-    proc = subprocess.Popen([sys.executable, str(script), *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, encoding="utf-8",
-                            errors="replace", env=env)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            encoding="utf-8", errors="replace", env=env)
     lines: queue.Queue[str | None] = queue.Queue()
     assert proc.stdout is not None
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
@@ -172,25 +170,6 @@ def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
     for line in stream:
         lines.put(line)
     lines.put(None)
-
-
-@contextlib.contextmanager
-def _kept_apart(full: Path, quick: Path, name: str) -> Iterator[None]:
-    """A quick run's results go to ``quick``; the full run's figures in ``full`` stay as they were.
-
-    Scripts that know ``--quick`` write there themselves; for any other, the file it wrote in
-    ``full`` is moved to ``quick`` and the full run's file is put back.
-    """
-    path = full / f"{name}.json"
-    saved = path.read_bytes() if quick != full and path.is_file() else None
-    try:
-        yield
-    finally:
-        if quick != full and path.is_file() and path.read_bytes() != saved:
-            quick.mkdir(parents=True, exist_ok=True)
-            shutil.move(path, quick / path.name)
-            if saved is not None:
-                path.write_bytes(saved)
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -307,15 +286,24 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--json", action="store_true", help="print the report as JSON")
     status.add_argument("--limit", type=int, default=50, help="agents listed (0: all)")
     status.add_argument("--letters", type=int, default=5, help="last dead letters shown")
-    bench = sub.add_parser("bench", help="run the benchmarks and chart their results (each "
-                           "starts a Ray of its own, unless RAY_ADDRESS names a cluster)")
+    bench = sub.add_parser(
+        "bench", help="run the benchmarks (modules of reach.bench) and chart their results",
+        description="Runs the benchmarks one after the other, each a process of its own "
+        "(python -m reach.bench.NAME), streaming their progress, then charts their results. "
+        "Each starts a Ray of its own unless --address (or RAY_ADDRESS) names a cluster.",
+        epilog=f"benchmarks, in order: {', '.join(BENCHMARKS)} (python -m reach.bench.NAME "
+        "--help lists one's own options)")
     bench.add_argument("--quick", action="store_true",
-                       help="small sizes; results go to bench/results/quick/")
+                       help="small sizes; results go to the quick/ subfolder of --out")
     bench.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
                        help=f"run only these ({', '.join(BENCHMARKS)})")
     bench.add_argument("--chart-only", action="store_true",
                        help="run nothing: draw the chart from the results there are")
-    bench.add_argument("--dir", default="bench", help="the benchmarks' folder")
+    bench.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                       help=f"results folder (default: {DEFAULT_OUT} under the current folder)")
+    bench.add_argument("--address", default=None,
+                       help="run against this Ray cluster, e.g. auto (default: RAY_ADDRESS, "
+                       "else a local Ray of each benchmark's own)")
     keyring = sub.add_parser("keyring", help="create the deployment's keyring if missing and "
                              "print its path (copy that file to every node of a cluster)")
     keyring.add_argument("path", nargs="?", default=None,

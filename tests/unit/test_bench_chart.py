@@ -1,18 +1,15 @@
-"""The benchmark chart drawn from results files, and `reach bench` running scripts with progress."""
+"""The benchmark chart drawn from results files (`reach bench` itself: test_bench_package.py)."""
 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from matplotlib.image import imread
 
 from reach.tools import benchchart
-from reach.tools.cli import main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -63,7 +60,7 @@ def restart_figures(p50: float | None, p95: float | None, *, n: int = 20,
             "deaths": []}
 
 
-#: As bench/restart.py writes it: contestants in its order, Ray's own restart last.
+#: As reach.bench.restart writes it: contestants in its order, Ray's own restart last.
 RESTART = {
     "restarts": 20, "other_rays_overlapped": False,
     "speedup_vs_ray": {"packed": {"sigkill": {"p50": 4.2, "p95": 4.1}}},
@@ -205,85 +202,3 @@ def test_a_restart_panel_draws_what_it_has_a_contestant_that_never_came_back_amo
     lost = {"contestants": {**RESTART["contestants"],
                             "packed": {"sigkill": restart_figures(None, None, n=0, failed=20)}}}
     assert_png(benchchart.draw({"restart": lost}, tmp_path / "lost.png"))
-
-
-def script(folder: Path, name: str, body: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.py").write_text(textwrap.dedent(body), encoding="utf-8")
-
-
-#: A benchmark that knows nothing of --quick: it writes its figures where a full run does.
-WRITES_IN_PLACE = """
-    import json, sys
-    from pathlib import Path
-    print("codec: step 1 of 2")
-    print("codec: args", " ".join(sys.argv[1:]))
-    out = Path(__file__).parent / "results" / "codec.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"cases": {"single": {"reach_us": 99.0, "reach_schema_us": 1.0,
-                                                    "pickle_us": 1.0}}}))
-"""
-
-
-def test_a_quick_run_streams_progress_and_keeps_the_full_runs_figures(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:
-    bench = tmp_path / "bench"
-    script(bench, "codec", WRITES_IN_PLACE)
-    full = write(bench / "results", codec=CODEC)
-    assert main(["bench", "--quick", "--only", "codec", "--dir", str(bench)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"[1/1] codec: {bench / 'codec.py'} --quick"
-    streamed = [line for line in out if line.endswith("codec: step 1 of 2")]
-    assert len(streamed) == 1
-    assert streamed[0].split()[0].endswith("s"), "each line shows the elapsed time"
-    assert any(line.endswith("codec: args --quick") for line in out)
-    assert out[-2].startswith("[1/1] codec: done in ")
-    assert out[-1] == f"chart: {bench / 'results' / 'quick' / 'chart.png'}"
-    assert json.loads((full / "codec.json").read_text(encoding="utf-8")) == CODEC
-    quick = json.loads((full / "quick" / "codec.json").read_text(encoding="utf-8"))
-    assert quick["cases"]["single"]["reach_us"] == 99.0
-    assert_png(full / "quick" / "chart.png")
-
-
-def test_a_failing_benchmark_is_reported_and_the_others_still_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:
-    bench = tmp_path / "bench"
-    script(bench, "codec", "import sys\nprint('about to fail')\nsys.exit(3)\n")
-    script(bench, "sessions", "print('sessions ran')\n")
-    assert main(["bench", "--only", "sessions", "codec", "--dir", str(bench)]) == 1
-    captured = capsys.readouterr()
-    lines = captured.out.splitlines()
-    assert [line.split(":")[0] for line in lines if line.startswith("[")] == [
-        "[1/2] codec", "[1/2] codec", "[2/2] sessions", "[2/2] sessions"], "in bench order"
-    assert any("codec: FAILED (3) in " in line for line in lines)
-    assert any(line.endswith("sessions ran") for line in lines)
-    assert "reach bench: failed: codec" in captured.err
-    assert_png(bench / "results" / "chart.png")
-
-
-def test_chart_only_runs_nothing_and_draws_the_results_there_are(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:
-    bench = tmp_path / "bench"
-    write(bench / "results", seed_scenario=SEED)
-    assert main(["bench", "--chart-only", "--dir", str(bench)]) == 0
-    assert capsys.readouterr().out == f"chart: {bench / 'results' / 'chart.png'}\n"
-    assert_png(bench / "results" / "chart.png")
-
-
-def test_missing_benchmark_scripts_are_a_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:
-    assert main(["bench", "--only", "chaos", "--dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err == f"reach bench: no chaos in {tmp_path}/ (run it from the repository's root, " \
-                  "or pass --dir)\n"
-
-
-def test_an_unknown_benchmark_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        main(["bench", "--only", "nonsense"])
-    assert exit_.value.code == 2
-    assert "invalid choice: 'nonsense'" in capsys.readouterr().err

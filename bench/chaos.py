@@ -1,0 +1,16 @@
+"""Chaos: tasks over supervised agents while a random agent or packed host is SIGKILLed.
+
+The benchmark is ``reach.bench.chaos``; this entry point runs it with its results in this
+folder's results/: ``python bench/chaos.py --help`` lists its options.
+"""
+
+import sys
+from pathlib import Path
+
+from reach.bench import run_benchmark
+from reach.bench.chaos import run  # noqa: F401  (tests/integration/test_chaos.py calls it)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+if __name__ == "__main__":
+    sys.exit(run_benchmark("chaos", sys.argv[1:], out=RESULTS))

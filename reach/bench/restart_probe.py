@@ -1,0 +1,276 @@
+"""The restart benchmark's contestants and its caller: one death, and the return the caller sees.
+
+A contestant (:class:`Contestant`) is a supervised reach agent (:class:`ReachVictim`) or Ray's
+own restart (:class:`RayAnchor`); :func:`die_and_return` kills it once and measures, by probing
+(:func:`until_new`), how long until a new incarnation answers. :mod:`reach.bench.restart` runs
+the rounds and the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import reach
+from reach._runtime.names import POOL_PREFIX
+from reach.bench.agents import Crash, Incarnation, Ping, ray_victim
+from reach.bench.quiet import busy_since, cpu_times
+
+#: Each probe request's timeout.
+PROBE_TIMEOUT_S = 2.0
+#: How long the probes still out after the first new reply may take before they are ended.
+PROBE_GRACE_S = 0.3
+#: Longest wait for a new incarnation, and for the steady state after it.
+BACK_WITHIN_S = 30.0
+SETTLE_WITHIN_S = 30.0
+#: The supervisors' intensity period: a death waits until the previous restart is out of it.
+PERIOD_S = 1.0
+
+
+class Contestant(Protocol):
+    """One contestant: an agent (or Ray actor) that dies and comes back."""
+
+    name: str
+
+    async def ping(self) -> tuple[int, str]:
+        """The current incarnation's (pid, token), within the probe timeout."""
+        ...
+
+    def crash(self, mark: str) -> asyncio.Future[Any]:
+        """Sends the crash request (its outcome, a failure, is the caller's to read)."""
+        ...
+
+    def is_process(self, pid: int) -> bool:
+        """Whether ``pid`` is (still) this contestant's kind of process (never kill on a guess)."""
+        ...
+
+    async def ready(self) -> dict[str, Any] | None:
+        """The restart's record once the steady state is back, else None (not yet)."""
+        ...
+
+    async def quiet_after(self) -> float:
+        """Epoch seconds before which the next death would not be the first in its window."""
+        ...
+
+
+def cmdline(pid: int) -> bytes:
+    """The command line of process ``pid`` (empty if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+class ReachVictim:
+    """A supervised Victim agent, placed as its contestant says."""
+
+    def __init__(self, name: str, rt: reach.Runtime, sup: reach.SupervisorRef, agent_id: str,
+                 *, pool: str | None = None, spare: bool = False) -> None:
+        self.name, self.rt, self.sup, self.agent_id = name, rt, sup, agent_id
+        self.pool, self.spare = pool, spare
+        self.seen = 0  # restarts of this agent recorded by its supervisor so far
+
+    async def ping(self) -> tuple[int, str]:
+        reply = await self.rt.client.request(self.agent_id, Ping(), returns=Incarnation,
+                                             timeout_ms=int(PROBE_TIMEOUT_S * 1000))
+        return reply.value.pid, reply.value.token
+
+    def crash(self, mark: str) -> asyncio.Future[Any]:
+        return asyncio.ensure_future(self.rt.client.request(
+            self.agent_id, Crash(mark=mark), timeout_ms=int(PROBE_TIMEOUT_S * 1000)))
+
+    def is_process(self, pid: int) -> bool:
+        return b"AgentHost" in cmdline(pid)
+
+    async def _restarts(self) -> list[reach.RestartRecord]:
+        status = await self.sup.status()
+        return [r for r in status.restarts if r.child == self.agent_id]
+
+    async def ready(self) -> dict[str, Any] | None:
+        mine = await self._restarts()
+        if len(mine) <= self.seen:
+            return None
+        if self.pool is not None and not await self.pool_up():
+            return None
+        if self.spare and not await self.spare_offered():
+            return None
+        self.seen = len(mine)
+        last = mine[-1]
+        return {"supervisor_ms": round(last.latency_s * 1000, 2), "running_at": last.at,
+                "placement": str(last.placement), "reason": last.reason}
+
+    async def pool_up(self) -> bool:
+        """Whether both hosts of the pool answer (a dead one is started again in the
+        background: the next death must find two)."""
+        for i in range(2):
+            name = f"{POOL_PREFIX}{self.pool}.{i}"
+            self.rt.cluster.forget(name)  # a cached port may be the dead one's
+            try:
+                await asyncio.wait_for(awaited(self.rt.cluster.host(name).count()), 2)
+            except (reach.ReachError, TimeoutError):
+                return False
+        return True
+
+    async def spare_offered(self) -> bool:
+        offered = await self.rt.cluster.registry().spares()
+        return sum(len(names) for names in offered.values()) >= 1
+
+    async def quiet_after(self) -> float:
+        mine = await self._restarts()
+        return mine[-1].at + PERIOD_S if mine else 0.0
+
+
+class RayAnchor:
+    """Ray's actor restart: no supervisor, no steady state to wait for beyond the reply."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        self.actor: Any = ray_victim.remote()
+
+    async def ping(self) -> tuple[int, str]:
+        pid, token = await asyncio.wait_for(awaited(self.actor.ping.remote()), PROBE_TIMEOUT_S)
+        return int(pid), str(token)
+
+    def crash(self, mark: str) -> asyncio.Future[Any]:
+        return asyncio.ensure_future(awaited(self.actor.crash.remote(mark)))
+
+    def is_process(self, pid: int) -> bool:
+        return b"RayVictim" in cmdline(pid)
+
+    async def ready(self) -> dict[str, Any] | None:
+        return {}
+
+    async def quiet_after(self) -> float:
+        return 0.0
+
+
+async def awaited(call: Any) -> Any:
+    """Awaits ``call`` (a Ray object ref) in a coroutine, as ``asyncio.wait_for`` needs."""
+    return await call
+
+
+@dataclass
+class Death:
+    """One death and the return that followed it."""
+
+    contestant: str
+    kind: str
+    ms: float | None = None  # death to the first reply of the new incarnation
+    probes: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    sent_to_crash_ms: float | None = None  # crash only: request sent to os._exit
+    settle_ms: float | None = None  # first new reply to the steady state
+    busy: float | None = None  # the machine's CPU busy share from the death to the return
+    supervisor: dict[str, Any] = field(default_factory=dict)
+    #: The last failure of each type the probes met: (ms after the death, its message).
+    last_errors: dict[str, tuple[float, str]] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class Probing:
+    """What the caller saw while probing: the first new reply, the probes, their failures."""
+
+    arrived: float | None = None  # epoch seconds: the first reply of the new incarnation
+    probes: int = 0
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: The last failure of each type: (epoch seconds, its message).
+    last_error: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+
+async def until_new(c: Contestant, old_token: str, every_s: float) -> Probing:
+    """Probes every ``every_s`` until a reply from an incarnation other than ``old_token``
+    (for at most BACK_WITHIN_S)."""
+    loop = asyncio.get_running_loop()
+    first: asyncio.Future[float] = loop.create_future()
+    seen = Probing()
+    errors = seen.errors
+
+    async def probe() -> None:
+        try:
+            _, token = await c.ping()
+        except Exception as exc:  # a failed probe is counted: the next one may succeed
+            errors[type(exc).__name__] += 1
+            seen.last_error[type(exc).__name__] = (time.time(), str(exc)[:300])
+            return
+        arrived = time.time()
+        if token != old_token and not first.done():
+            first.set_result(arrived)
+
+    probes: list[asyncio.Task[None]] = []
+    end = time.monotonic() + BACK_WITHIN_S
+    while not first.done() and time.monotonic() < end:
+        probes.append(loop.create_task(probe()))
+        await asyncio.wait({first}, timeout=every_s)
+    # The probes still out end by themselves shortly (a reach probe waiting for the restart is
+    # answered), or not before their timeout (some of Ray's): those are ended here, counted.
+    _, late = await asyncio.wait(probes, timeout=PROBE_GRACE_S)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    if late:
+        errors["unanswered"] += len(late)
+    seen.arrived = first.result() if first.done() else None
+    seen.probes = len(probes)
+    return seen
+
+
+async def die_and_return(c: Contestant, kind: str, marks: Path, every_s: float) -> Death:
+    """Kills ``c`` once (``kind``), measures its return, waits for the steady state."""
+    death = Death(c.name, kind)
+    wait = await c.quiet_after() - time.time()
+    if wait > 0:  # the previous restart is still in the intensity period
+        await asyncio.sleep(wait)
+    pid, token = await c.ping()
+    before = cpu_times()
+    crash: asyncio.Future[Any] | None = None
+    mark = marks / f"{c.name}-{secrets.token_hex(4)}"
+    if kind == "sigkill":
+        if not c.is_process(pid):
+            death.note = f"pid {pid} is not the agent's process"
+            return death
+        died = time.time()
+        os.kill(pid, signal.SIGKILL)
+    else:
+        sent = time.time()
+        crash = c.crash(str(mark))
+    seen = await until_new(c, token, every_s)
+    arrived, death.probes, death.errors = seen.arrived, seen.probes, dict(seen.errors)
+    death.busy = busy_since(before)
+    if crash is not None:
+        await asyncio.gather(crash, return_exceptions=True)  # it fails: its process died
+        try:
+            died = float(mark.read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            death.note = "the crash left no mark"
+            return death
+        death.sent_to_crash_ms = round((died - sent) * 1000, 2)
+    if arrived is None:
+        death.note = f"no new incarnation within {BACK_WITHIN_S:.0f} s"
+        return death
+    death.ms = round((arrived - died) * 1000, 2)
+    end = time.monotonic() + SETTLE_WITHIN_S
+    while (record := await c.ready()) is None:
+        if time.monotonic() > end:
+            death.note = f"no steady state within {SETTLE_WITHIN_S:.0f} s after the return"
+            break
+        await asyncio.sleep(0.01)
+    death.settle_ms = round((time.time() - arrived) * 1000, 2)
+    death.supervisor = record or {}
+    if "running_at" in death.supervisor:  # where the time went: detection, restart, the caller
+        running = death.supervisor.pop("running_at")
+        death.supervisor["detected_ms"] = round(
+            (running - died) * 1000 - death.supervisor["supervisor_ms"], 2)
+        death.supervisor["running_ms"] = round((running - died) * 1000, 2)
+    death.last_errors = {k: (round((t - died) * 1000, 1), m) for k, (t, m)
+                         in seen.last_error.items()}
+    return death

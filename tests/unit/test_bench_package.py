@@ -1,0 +1,250 @@
+"""The benchmarks as modules of the package, and `reach bench` running them with live progress."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import reach.tools
+from reach.bench import BENCHMARKS, run_benchmark
+from reach.bench.progress import Meter
+from reach.bench.results import folder, write
+from reach.errors import ConfigError
+from reach.tools import benchchart, cli
+from reach.tools.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Each benchmark's command-line flags as they were when the benchmarks were scripts in bench/,
+#: and the --out every one of them has now.
+FLAGS = {
+    "codec": ["--quick"],
+    "seed_scenario": ["--messages", "--inflight", "--address", "--quick", "--rounds",
+                      "--contestant"],
+    "registry_scale": ["--agents", "--tags", "--hosts", "--queries", "--address", "--quick"],
+    "chaos": ["--tasks", "--inflight", "--kill-every", "--address", "--quick"],
+    "sessions": ["--messages", "--store-messages", "--callers", "--per-call", "--reads",
+                 "--session-messages", "--address", "--quick"],
+    "io_bound": ["--requests", "--inflight", "--address", "--quick"],
+    "restart": ["--restarts", "--address", "--logs", "--probe-every", "--quick"],
+    "gateway": ["--requests", "--clients", "--replicas", "--address", "--no-outbound", "--quick"],
+    "remote_agent": ["--requests", "--clients", "--agents", "--address", "--agent-nice",
+                     "--quick"],
+}
+
+
+def test_every_benchmark_is_a_module_of_the_package_with_a_main() -> None:
+    assert set(FLAGS) == set(BENCHMARKS)
+    for name in BENCHMARKS:
+        module = importlib.import_module(f"reach.bench.{name}")
+        assert Path(module.__file__ or "").parent == ROOT / "reach" / "bench", name
+        assert callable(module.main), name
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_each_benchmark_keeps_its_flags_and_takes_a_results_folder(
+    name: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    module = importlib.import_module(f"reach.bench.{name}")
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--help"])
+    assert exit_.value.code == 0
+    usage = capsys.readouterr().out
+    for flag in [*FLAGS[name], "--out"]:
+        assert flag in usage, (name, flag)
+
+
+def test_the_agents_ray_workers_import_come_from_one_installed_module() -> None:
+    from reach.bench import agents, gateway, remote_agent
+
+    assert gateway.EchoAgent is remote_agent.EchoAgent is agents.EchoAgent
+    assert agents.EchoAgent.__module__ == "reach.bench.agents"
+    assert (ROOT / "bench" / "gateway.py").read_text(encoding="utf-8").count("class ") == 0
+
+
+def test_the_repository_entry_point_runs_the_package_module() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "restart.py"), "--help"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "--probe-every" in out
+    assert "--out" in out
+
+
+def test_the_codec_benchmark_needs_no_ray() -> None:
+    code = "import sys, reach.bench.codec; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "False"
+
+
+def test_an_unknown_benchmark_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as raised:
+        run_benchmark("nonsense", [])
+    assert raised.value.details["setting"] == "benchmark"
+
+
+def test_reach_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--help"])
+    assert exit_.value.code == 0
+    usage = " ".join(capsys.readouterr().out.split())
+    assert f"benchmarks, in order: {', '.join(BENCHMARKS)}" in usage
+    assert "--address" in usage
+    assert "--out" in usage
+
+
+def test_reach_bench_runs_the_codec_benchmark_from_the_package_in_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--only", "codec", "--quick", "--out", "tmp"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "[1/1] codec: python -m reach.bench.codec --quick --out tmp"
+    rates = [line for line in out if "µs per envelope (" in line and "envelopes/s)" in line]
+    assert len(rates) == 12, "each case's three timings are said as they are measured"
+    assert rates[0].split()[0].endswith("s"), "each streamed line shows the elapsed time"
+    assert out[-2].startswith("[1/1] codec: done in ")
+    assert out[-1] == f"chart: {Path('tmp') / 'quick' / 'chart.png'}"
+    written = json.loads((tmp_path / "tmp" / "quick" / "codec.json").read_text(encoding="utf-8"))
+    assert list(written["cases"]) == ["single", "batch 1", "batch 10", "batch 100"]
+    assert written["repeats"] == 2
+    results, problems = benchchart.load(tmp_path / "tmp" / "quick")
+    assert problems == []
+    assert set(results) == {"codec"}
+    assert not (tmp_path / "tmp" / "codec.json").exists(), "a quick run keeps to quick/"
+
+
+def fake_benchmarks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **bodies: str) -> None:
+    """Benchmarks named as reach's are, in a package of their own that ``reach bench`` runs."""
+    package = tmp_path / "fakebench"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    for name, body in bodies.items():
+        (package / f"{name}.py").write_text(textwrap.dedent(body), encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(cli, "BENCH_PACKAGE", "fakebench")
+
+
+def test_a_failing_benchmark_is_reported_and_the_others_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_benchmarks(tmp_path, monkeypatch,
+                    codec="import sys\nprint('about to fail')\nsys.exit(3)\n",
+                    sessions="print('sessions ran')\n")
+    out = tmp_path / "results"
+    assert main(["bench", "--only", "sessions", "codec", "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("[")] == [
+        "[1/2] codec", "[1/2] codec", "[2/2] sessions", "[2/2] sessions"], "in bench order"
+    assert any(line.endswith("about to fail") for line in lines)
+    assert any("codec: FAILED (3) in " in line for line in lines)
+    assert any(line.endswith("sessions ran") for line in lines)
+    assert "reach bench: failed: codec" in captured.err
+    assert (out / "chart.png").read_bytes().startswith(b"\x89PNG")
+
+
+ECHO_ADDRESS = "import os\nprint('address', os.environ['RAY_ADDRESS'])\n"
+
+
+@pytest.mark.parametrize(("given", "seen"), [([], "local"), (["--address", "auto"], "auto")])
+def test_each_benchmark_runs_on_a_ray_of_its_own_unless_an_address_is_given(
+    given: list[str], seen: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fake_benchmarks(tmp_path, monkeypatch, chaos=ECHO_ADDRESS)
+    assert main(["bench", "--only", "chaos", "--out", str(tmp_path / "r"), *given]) == 0
+    assert any(line.endswith(f"address {seen}") for line in capsys.readouterr().out.splitlines())
+
+
+def test_chart_only_runs_nothing_and_draws_the_results_there_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "codec.json").write_text(json.dumps({"cases": {"single": {
+        "reach_us": 13.0, "reach_schema_us": 20.0, "pickle_us": 4.0}}}), encoding="utf-8")
+    assert main(["bench", "--chart-only", "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"chart: {out / 'chart.png'}\n"
+    assert (out / "chart.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_without_matplotlib_the_benchmarks_run_and_the_chart_is_skipped_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_benchmarks(tmp_path, monkeypatch, codec="print('codec ran')\n")
+    monkeypatch.delattr(reach.tools, "benchchart")  # as if never imported, and matplotlib absent
+    monkeypatch.delitem(sys.modules, "reach.tools.benchchart")
+    for name in ("matplotlib", "matplotlib.axes"):
+        monkeypatch.setitem(sys.modules, name, None)
+    out = tmp_path / "results"
+    assert main(["bench", "--only", "codec", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert any(line.endswith("codec ran") for line in captured.out.splitlines())
+    assert "chart skipped: it needs matplotlib" in captured.err
+    assert "pip install 'reach[bench]'" in captured.err
+    assert not (out / "chart.png").exists()
+    assert main(["bench", "--chart-only", "--out", str(out)]) == 2, "the chart was all asked"
+
+
+def test_an_unknown_benchmark_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--only", "nonsense"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'nonsense'" in capsys.readouterr().err
+
+
+def test_results_of_a_quick_run_go_to_the_quick_subfolder(tmp_path: Path) -> None:
+    assert folder(tmp_path, quick=False) == tmp_path
+    assert folder(tmp_path, quick=True) == tmp_path / "quick"
+    args = argparse.Namespace(out=tmp_path, quick=True)
+    path = write(args, "codec", {"text": "无线"}, ensure_ascii=False)
+    assert path == tmp_path / "quick" / "codec.json"
+    assert path.read_text(encoding="utf-8") == '{\n  "text": "无线"\n}\n'
+    ascii_path = write(argparse.Namespace(out=tmp_path, quick=False), "x", {"text": "无线"})
+    assert ascii_path.read_text(encoding="utf-8") == '{\n  "text": "\\u65e0\\u7ebf"\n}\n'
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_meter_says_its_rate_once_a_report_is_due_and_not_before() -> None:
+    clock, lines = FakeClock(), []
+    meter = Meter("packed", total=1000, every_s=2.0, clock=clock, out=lines.append)
+    meter.add(100)
+    clock.now += 1.0
+    meter.add(100)
+    assert lines == []
+    clock.now += 1.0
+    meter.add(200)
+    assert lines == ["  packed: 400/1,000 done, 200 msg/s now, 200 msg/s overall"]
+    clock.now += 2.0
+    meter.add(200)
+    assert lines[-1] == "  packed: 600/1,000 done, 100 msg/s now, 150 msg/s overall"
+
+
+async def test_a_watched_meter_reports_a_stall_instead_of_falling_silent() -> None:
+    lines: list[str] = []
+    said = asyncio.Event()
+
+    def out(line: str) -> None:
+        lines.append(line)
+        said.set()
+
+    meter = Meter("stuck", unit="tasks/s", every_s=0.05, out=out)
+    async with meter.watching():
+        await asyncio.wait_for(said.wait(), timeout=10)
+    assert lines[0] == "  stuck: 0 done, 0 tasks/s now, 0 tasks/s overall"
