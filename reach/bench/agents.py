@@ -2,8 +2,8 @@
 
 Ray workers and ``reach connect`` processes import these classes by name (``reach.bench.agents``),
 so nothing is shipped by value, and a benchmark run as ``python -m reach.bench.NAME`` (its module
-then being ``__main__``) registers no schema twice. The plain Ray actors are the anchors the
-benchmarks compare reach with: what a user without reach would write.
+then being ``__main__``) registers no schema twice. The plain Ray actors the benchmarks compare
+reach with are in :mod:`reach.bench.anchors`.
 """
 
 from __future__ import annotations
@@ -12,19 +12,10 @@ import asyncio
 import os
 import secrets
 import time
-from typing import Any
 
-import ray
 from pydantic import BaseModel
 
 import reach
-
-
-def ray_actor(cls: type, **options: Any) -> Any:
-    """``ray.remote(**options)(cls)``, typed as what it is used as here: an actor class whose
-    handles' methods have ``.remote`` (Ray's own stubs know neither every option nor that)."""
-    remote: Any = ray.remote
-    return remote(**options)(cls) if options else remote(cls)
 
 # -- the seed scenario (reach.bench.seed_scenario) ---------------------------------------------
 
@@ -48,18 +39,6 @@ class ItemEcho(reach.Agent):
     async def echo(self, ctx: reach.Context, item: Item) -> Item:
         """The item, its quantity doubled."""
         return Item(sku=item.sku, text=item.text, qty=item.qty * 2)
-
-
-class RawActor:
-    """The seed scenario's anchor: a plain async Ray actor doing what ItemEcho does."""
-
-    async def echo(self, item: dict[str, Any]) -> dict[str, Any]:
-        """The item, its quantity doubled."""
-        return {"sku": item["sku"], "text": item["text"], "qty": item["qty"] * 2}
-
-
-#: :class:`RawActor` as a Ray actor class.
-raw_actor = ray_actor(RawActor)
 
 
 # -- the gateway and remote agents (reach.bench.gateway, reach.bench.remote_agent) --------------
@@ -126,19 +105,6 @@ class SlowAgent(reach.Agent):
         """The prompt in capitals, after :data:`CALL_S`."""
         await asyncio.sleep(CALL_S)
         return Completion(n=prompt.n, text=prompt.text.upper())
-
-
-class RawAgent:
-    """The I/O-bound scenario's anchor: a plain async Ray actor doing what SlowAgent does."""
-
-    async def handle(self, prompt: dict[str, Any]) -> dict[str, Any]:
-        """The prompt in capitals, after :data:`CALL_S`."""
-        await asyncio.sleep(CALL_S)
-        return {"n": prompt["n"], "text": prompt["text"].upper()}
-
-
-#: :class:`RawAgent` as a Ray actor class, as many requests at once as come.
-raw_agent = ray_actor(RawAgent, max_concurrency=10_000)
 
 
 # -- chaos (reach.bench.chaos) -------------------------------------------------------------------
@@ -223,25 +189,6 @@ class Victim(reach.Agent):
         """Ends this process (never returns)."""
         crash_now(c.mark)
         raise AssertionError("unreachable")  # pragma: no cover
-
-
-class RayVictim:
-    """Ray's own restart, the anchor: the same two methods on a plain async actor."""
-
-    def __init__(self) -> None:
-        self.token = secrets.token_hex(8)
-
-    async def ping(self) -> tuple[int, str]:
-        """This incarnation's (pid, token)."""
-        return os.getpid(), self.token
-
-    async def crash(self, mark: str) -> None:
-        """Ends this process."""
-        crash_now(mark)
-
-
-#: :class:`RayVictim` as a Ray actor class that Ray restarts after every death.
-ray_victim = ray_actor(RayVictim, max_restarts=-1)
 
 
 # -- registry scale (reach.bench.registry_scale) -------------------------------------------------

@@ -37,11 +37,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
-from ray import serve
-from starlette.requests import Request
 
 import reach
 from reach.bench.agents import Ask, EchoAgent, Said
+from reach.bench.anchors import start_serve_echo
 from reach.bench.callers import drive, free_port
 from reach.bench.httpload import Connection
 from reach.bench.quiet import settle
@@ -170,18 +169,6 @@ async def run_serve_echo(url: str, total: int, clients: int) -> dict[str, Any]:
         return await measured("serve_echo", send, total, clients)
     finally:
         http.close()
-
-
-def start_serve_echo() -> None:
-    """A trivial Ray Serve application at /bench-echo on the gateway's proxy (the anchor)."""
-
-    class Echo:
-        async def __call__(self, request: Request) -> Any:
-            return await request.json()
-
-    deployment: Any = serve.deployment  # its stubs do not know that the class gains .bind
-    echo = deployment(max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})(Echo)
-    serve.run(echo.bind(), name="bench-echo", route_prefix="/bench-echo")
 
 
 A2A_SERVER = '''

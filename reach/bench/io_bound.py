@@ -36,10 +36,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-import ray
-
 import reach
-from reach.bench.agents import CALL_S, Prompt, raw_agent, slow_class
+from reach.bench.agents import CALL_S, Prompt, slow_class
+from reach.bench.anchors import kill, raw_agent
 from reach.bench.progress import Meter
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
@@ -163,7 +162,7 @@ async def run_raw(total: int, inflight: int) -> dict[str, Any]:
         return await drive(send, total, inflight, "raw")
     finally:
         for actor in actors:
-            ray.kill(actor)
+            kill(actor)
 
 
 async def run_reach(rt: reach.Runtime, name: str, total: int, inflight: int) -> dict[str, Any]:
@@ -191,8 +190,8 @@ async def run_reach(rt: reach.Runtime, name: str, total: int, inflight: int) -> 
             await rt.stop(agent_id)
         if kind == "packed":  # pool hosts outlive their agents: end them too
             for host in {record.host for record in records}:
-                with contextlib.suppress(ValueError):  # Ray's way of saying it is gone already
-                    ray.kill(ray.get_actor(host, namespace="reach"), no_restart=True)
+                with contextlib.suppress(reach.ReachError):  # gone already
+                    rt.cluster.kill(rt.cluster.host(host))
 
 
 def show(name: str, r: dict[str, Any]) -> None:

@@ -29,13 +29,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import ray
 import uvicorn
 from starlette.applications import Starlette
 
 import reach
 from reach.bench.agents import Ask, EchoAgent, Said
+from reach.bench.anchors import gcs_address
 from reach.bench.callers import drive, free_port
+from reach.bench.progress import PROGRESS_S
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
 from reach.cluster import CallLimits
@@ -98,13 +99,19 @@ async def wait_port(port: int, proc: subprocess.Popen[bytes], within_s: float = 
 
 
 async def wait_online(rt: reach.Runtime, ids: list[str], within_s: float = 180) -> None:
-    """Waits until every remote agent of ``ids`` is registered on the remote host."""
+    """Waits until every remote agent of ``ids`` is registered on the remote host, saying how
+    many are every few seconds."""
     deadline = time.monotonic() + within_s
     registry = rt.cluster.registry()
+    said = time.monotonic()
     while time.monotonic() < deadline:
         records = await asyncio.gather(*(registry.lookup(i) for i in ids))
-        if all(r is not None and r.host == REMOTE_HOST for r in records):
+        online = sum(1 for r in records if r is not None and r.host == REMOTE_HOST)
+        if online == len(ids):
             return
+        if time.monotonic() - said >= PROGRESS_S:
+            print(f"  {online}/{len(ids)} remote agents connected", flush=True)
+            said = time.monotonic()
         await asyncio.sleep(0.5)
     raise SystemExit(f"the remote agents did not all connect within {within_s} s")
 
@@ -113,7 +120,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Starts the channel and the remote agents, measures them and the packed ones."""
     rt = reach.init(address=args.address, log_to_driver=False)
     await rt.agents()  # reach.init returns before its registry is up
-    address = ray.get_runtime_context().gcs_address
+    address = gcs_address()
     keyring_path = rt.cluster.security.keyring
     assert keyring_path is not None
     keyring = Keyring.load(keyring_path)

@@ -59,12 +59,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import ray
-
 import reach
 from reach import ChildSpec, Intensity, SupervisorSpec
 from reach._runtime.names import POOL_PREFIX
 from reach.bench.agents import Victim
+from reach.bench.anchors import kill
 from reach.bench.restart_probe import (
     PERIOD_S,
     PROBE_TIMEOUT_S,
@@ -257,7 +256,7 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
     wall = time.perf_counter() - started
     for sup in sups.values():
         await sup.stop()
-    ray.kill(anchor.actor, no_restart=True)
+    kill(anchor.actor)
     for i in range(2):  # pool hosts outlive their agents: end them too
         with contextlib.suppress(reach.ReachError):  # gone already
             rt.cluster.kill(rt.cluster.host(f"{POOL_PREFIX}{pool}.{i}"))

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 import reach
 from reach._runtime.names import POOL_PREFIX
-from reach.bench.agents import Crash, Incarnation, Ping, ray_victim
+from reach.bench.agents import Crash, Incarnation, Ping
+from reach.bench.anchors import ray_victim
 from reach.bench.quiet import busy_since, cpu_times
 
 #: Each probe request's timeout.

@@ -35,10 +35,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import ray
-
 import reach
-from reach.bench.agents import Item, ItemEcho, raw_actor
+from reach.bench.agents import Item, ItemEcho
+from reach.bench.anchors import connect, disconnect, gcs_address, kill, raw_actor
 from reach.bench.progress import Meter
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
@@ -103,7 +102,7 @@ async def run_raw(total: int, inflight: int, label: str = "raw") -> dict[str, fl
     await drive(send, min(total, 500), inflight)  # warm-up
     result = await drive(send, total, inflight, label)
     for a in actors:
-        ray.kill(a)
+        kill(a)
     return result
 
 
@@ -128,8 +127,8 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
         await rt.stop(agent_id)
     if isinstance(placement, reach.Packed):  # pool hosts outlive their agents: end them too
         for host in {record.host for record in records}:
-            with contextlib.suppress(ValueError):  # Ray's way of saying it is gone already
-                ray.kill(ray.get_actor(host, namespace="reach"), no_restart=True)
+            with contextlib.suppress(reach.ReachError):  # gone already
+                rt.cluster.kill(rt.cluster.host(host))
     return result
 
 
@@ -143,11 +142,11 @@ async def contestant(args: argparse.Namespace) -> dict[str, Any]:
     """One round of one contestant, in this (child) driver process."""
     name = f"{args.contestant}-{args.round}"
     if args.contestant == "raw":  # a plain Ray driver, as a user without reach would write it
-        ray.init(address=args.address, log_to_driver=False)
+        connect(args.address)
         try:
             return await run_raw(args.messages, args.inflight, name)
         finally:
-            ray.shutdown()
+            disconnect()
     kind, security = REACH[args.contestant]
     rt = reach.init(address=args.address, log_to_driver=False, sign=security["sign"],
                     encrypt=security["encrypt"], audit_calls=security["audit_calls"])
@@ -188,7 +187,7 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     # This driver starts Ray and reach's registry and store (or joins them), then only
     # conducts: every contestant runs in a driver of its own.
     rt = reach.init(address=args.address, log_to_driver=False, sign=False)
-    address = args.address or ray.get_runtime_context().gcs_address
+    address = args.address or gcs_address()
     await rt.agents()  # reach.init returns before its registry is up
     best: dict[str, Any] = {}
     print(f"{AGENTS} agents, {args.inflight} requests in flight, {args.messages} messages each")

@@ -24,14 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-import ray
-
 import reach
 from actors.session_storage import SqliteStorage, WriteBatch, pack
 from actors.sessions import SessionStore
 from reach._ray import RayCluster
 from reach._runtime.store import StoreClient
-from reach.bench.agents import ray_actor
+from reach.bench.anchors import kill, ray_actor
 from reach.bench.progress import Meter
 from reach.bench.results import add_out, write
 from reach.security.guard import SecurityConfig
@@ -109,7 +107,7 @@ async def store_level(folder: Path, group_commit: bool, callers: int, per_call: 
     result = {"messages": sent, "callers": callers, "per_call": per_call,
               "msgs_per_s": round(sent / wall, 1), "commits": stats["commits"],
               "msgs_per_commit": round(sent / max(stats["commits"], 1), 1)}
-    ray.kill(store)
+    kill(store)
     return result
 
 
@@ -139,7 +137,7 @@ async def context_read(folder: Path, size: int, reads: int) -> dict[str, Any]:
         ctx = await store.context.remote("big", 20)
         times.append((time.perf_counter() - t0) * 1000)
         assert ctx.messages[-1].seq == size
-    ray.kill(store)
+    kill(store)
     return {"session_messages": size, "reads": reads, "p50_ms": round(statistics.median(times), 3),
             "p95_ms": p95(times)}
 

@@ -1,4 +1,5 @@
-"""The benchmark chart: throughput and latency by contestant, drawn from ``bench/results/*.json``.
+"""The benchmark chart: throughput and latency by contestant, drawn from the results folder's
+``*.json`` (``bench/results/`` by default), as the ``reach.bench`` modules write them.
 
 Ten panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
 contestants (raw Ray first, then each reach placement), the same for the I/O-bound scenario's
@@ -32,15 +33,15 @@ P50_COLOUR, P95_COLOUR = "#4c72b0", "#dd8452"
 REACH_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#bcbd22")
 #: Words of a contestant's key said otherwise in its label (``packed_id``: reach packed by ID).
 LABEL_WORDS = {"id": "by ID", "capability": "by capability"}
-#: The gateway benchmark's contestants (``bench/gateway.py``), in the chart's order and words.
+#: The gateway benchmark's contestants (``reach.bench.gateway``), in the chart's order and words.
 GATEWAY_LABELS = {"serve_echo": "Serve echo", "direct": "reach direct",
                   "gateway": "A2A via gateway", "a2a_direct": "A2A server direct",
                   "outbound": "reach via A2A proxy"}
-#: The restart benchmark's contestants (``bench/restart.py``), as the chart names them.
+#: The restart benchmark's contestants (``reach.bench.restart``), as the chart names them.
 RESTART_LABELS = {"ray": "Ray's own restart", "packed": "reach packed",
                   "dedicated_spare": "reach dedicated + warm spare",
                   "dedicated_cold": "reach dedicated, no spare"}
-#: The restart goals at p50, in ms, by contestant (``GOALS`` in ``bench/restart.py``).
+#: The restart goals at p50, in ms, by contestant (``GOALS`` in ``reach.bench.restart``).
 RESTART_GOALS_MS = {"packed": 50.0, "dedicated_spare": 100.0}
 #: The kinds of death the restart benchmark times, and each one's panel title.
 RESTART_KINDS = {"sigkill": "Restart after a SIGKILL of the agent's process",
@@ -147,17 +148,17 @@ def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmark
     gw_through, gw_latency = rows[3, 0].subplots(1, 2)
     restart_axes = rows[4, 0].subplots(1, len(RESTART_KINDS))
     seed = contestants(results.get("seed_scenario", {}))
-    _throughput(through, seed, "Seed scenario", "bench/seed_scenario.py")
-    _latency(latency, seed, "Seed scenario", "bench/seed_scenario.py")
+    _throughput(through, seed, "Seed scenario", "reach bench --only seed_scenario")
+    _latency(latency, seed, "Seed scenario", "reach bench --only seed_scenario")
     io_bound = results.get("io_bound", {})
     io = contestants(io_bound)
-    _throughput(io_through, io, _io_title(io_bound), "bench/io_bound.py")
-    _latency(io_latency, io, "I/O-bound handlers", "bench/io_bound.py")
+    _throughput(io_through, io, _io_title(io_bound), "reach bench --only io_bound")
+    _latency(io_latency, io, "I/O-bound handlers", "reach bench --only io_bound")
     _codec(codec, results.get("codec", {}))
     _sessions(sessions, results.get("sessions", {}))
     gateway = gateway_contestants(results.get("gateway", {}))
-    _throughput(gw_through, gateway, "A2A from outside", "bench/gateway.py")
-    _latency(gw_latency, gateway, "A2A from outside", "bench/gateway.py")
+    _throughput(gw_through, gateway, "A2A from outside", "reach bench --only gateway")
+    _latency(gw_latency, gateway, "A2A from outside", "reach bench --only gateway")
     restart = results.get("restart", {})
     for ax, kind in zip(restart_axes, RESTART_KINDS, strict=True):
         _restart(ax, restart, kind)
@@ -202,10 +203,10 @@ def _io_title(io_bound: Mapping[str, Any]) -> str:
 
 
 def _throughput(ax: Axes, found: list[tuple[str, Mapping[str, Any]]], scenario: str,
-                script: str) -> None:
+                how: str) -> None:
     title = f"{scenario}: throughput"
     if not found:
-        _missing(ax, title, script)
+        _missing(ax, title, how)
         return
     labels = [label for label, _ in found]
     xs = range(len(labels))
@@ -228,10 +229,10 @@ def _throughput(ax: Axes, found: list[tuple[str, Mapping[str, Any]]], scenario: 
 
 
 def _latency(ax: Axes, found: list[tuple[str, Mapping[str, Any]]], scenario: str,
-             script: str) -> None:
+             how: str) -> None:
     title = f"{scenario}: latency per request"
     if not found:
-        _missing(ax, title, script)
+        _missing(ax, title, how)
         return
     labels = [label for label, _ in found]
     xs = range(len(labels))
@@ -251,7 +252,7 @@ def _codec(ax: Axes, codec: Mapping[str, Any]) -> None:
     title = "Codec: cost per envelope, reach beside pickle"
     cases = codec.get("cases")
     if not isinstance(cases, Mapping) or not cases:
-        _missing(ax, title, "bench/codec.py")
+        _missing(ax, title, "reach bench --only codec")
         return
     names = list(cases)
     series = (("reach_us", "reach encode + decode + validate", "#1f77b4"),
@@ -280,7 +281,7 @@ def _sessions(ax: Axes, sessions: Mapping[str, Any]) -> None:
                      for key, run in runs.items()
                      if isinstance(run, Mapping) and "msgs_per_s" in run]
     if not rows:
-        _missing(ax, title, "bench/sessions.py")
+        _missing(ax, title, "reach bench --only sessions")
         return
     rows.reverse()  # barh draws bottom-up: keep the file's order top-down
     bars = ax.barh([label for label, _ in rows], [rate for _, rate in rows],
@@ -297,7 +298,7 @@ def _restart(ax: Axes, figures: Mapping[str, Any], kind: str) -> None:
     title = RESTART_KINDS[kind]
     found = restarts(figures, kind)
     if not found:
-        _missing(ax, title, "bench/restart.py")
+        _missing(ax, title, "reach bench --only restart")
         return
     xs = range(len(found))
     width = 0.38
