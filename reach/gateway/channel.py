@@ -3,7 +3,7 @@
 A gateway replica holding a socket is only its bridge: the reach side of the agents connected
 through the replica is its :class:`~reach.cluster.RemoteHostPort` (``actors/remote_host.py``),
 which registers them, queues what is sent to them and sends what they send. The replica keeps
-two calls to it in flight at most, whatever the number of agents (:class:`_Bridge`):
+two calls to it in flight at most, whatever the number of agents (:class:`Bridge`):
 
 - *out*: one long poll (``take``) over every connection able to write, which returns a frame of
   everything queued for each; a connection writes its frame to its socket before it is polled
@@ -35,6 +35,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from reach.cluster import Cluster, RemoteHostPort
 from reach.errors import CodecError, ConfigError, ReachError
 from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
+from reach.gateway.channel_bridge import GONE, Bridge
 from reach.gateway.channel_server import REFUSED
 from reach.gateway.options import GatewayOptions
 from reach.remote.wire import (
@@ -123,143 +124,12 @@ def channel_routes(cluster: Cluster, options: GatewayOptions, host: RemoteHostPo
                           "off", details={"setting": "auth"})
     keyring = guard.keyring if options.auth and guard is not None else None
     settings = channel or ChannelOptions()
-    bridge = _Bridge(host, settings)
+    bridge = Bridge(host, settings.put_backlog)
 
     async def endpoint(ws: WebSocket) -> None:
         await _Connection(ws, bridge, settings, keyring).run()
 
     return [WebSocketRoute(CONNECT_PATH, endpoint)]
-
-
-class _Bridge:
-    """The replica's side of its remote host: one long poll (``take``) for every connection
-    able to write, and one ``put`` in flight for what every connection read (the envelopes
-    read meanwhile go together in the next), so that the Ray calls per message fall as the
-    load grows, whatever the number of agents.
-
-    Invariant: a connection is in ``ready`` while it has nothing to write; the poll's frame for
-    it is written before it is ready again (so a slow socket leaves its envelopes queued in the
-    remote host, whose bounded queue refuses senders past it).
-    """
-
-    def __init__(self, host: RemoteHostPort, settings: ChannelOptions) -> None:
-        self.host = host
-        self.settings = settings
-        self.ready: dict[str, _Connection] = {}
-        self._polled: set[str] = set()
-        self._poll: asyncio.Task[None] | None = None
-        self._news = asyncio.Event()
-        self._inbox: list[tuple[_Connection, list[dict[str, Any]]]] = []
-        self._backlog = 0
-        self._drain: asyncio.Task[None] | None = None
-        self._drained = asyncio.Event()
-        self._drained.set()
-
-    # -- to the agents ---------------------------------------------------------------------------
-
-    def ready_to_write(self, conn: _Connection) -> None:
-        """The connection has written what it was given: poll for it again."""
-        self.ready[conn.agent_id] = conn
-        if self._poll is None or self._poll.done():
-            self._poll = asyncio.ensure_future(self._poll_forever())
-        elif conn.agent_id not in self._polled:
-            self._news.set()
-
-    def leave(self, conn: _Connection) -> None:
-        if self.ready.get(conn.agent_id) is conn:
-            del self.ready[conn.agent_id]
-
-    async def _poll_forever(self) -> None:
-        while self.ready:
-            ready = dict(self.ready)
-            self._polled = set(ready)
-            self._news.clear()
-            call = asyncio.ensure_future(self._take(ready))
-            news = asyncio.ensure_future(self._news.wait())
-            done, _ = await asyncio.wait({call, news}, return_when=asyncio.FIRST_COMPLETED)
-            if call not in done:  # a connection became ready meanwhile: end this poll
-                await _quietly(self.host.poke())
-            news.cancel()
-            frames = await call
-            for agent_id, text in frames.items():
-                conn = ready[agent_id]
-                if self.ready.get(agent_id) is conn:
-                    del self.ready[agent_id]
-                conn.frames.put_nowait(text)
-            await asyncio.sleep(0)  # writers that finish at once are ready for the next poll
-        self._polled = set()
-
-    async def _take(self, ready: dict[str, _Connection]) -> dict[str, str | None]:
-        try:
-            return await self.host.take({a: c.conn for a, c in ready.items()})
-        except ReachError as exc:  # the remote host is gone: every connection ends
-            log.warning("the remote host failed: %s", exc)
-            return dict.fromkeys(ready, _GONE)
-
-    # -- from the agents -------------------------------------------------------------------------
-
-    async def put(self, conn: _Connection, items: list[dict[str, Any]]) -> None:
-        """Queues envelopes a connection read; waits while the backlog is full."""
-        self._inbox.append((conn, items))
-        self._backlog += len(items)
-        if self._drain is None or self._drain.done():
-            self._drained.clear()
-            self._drain = asyncio.ensure_future(self._put_all())
-        while self._backlog > self.settings.put_backlog:
-            await self._drained.wait()
-
-    async def flushed(self) -> None:
-        """Returns once everything read so far is handed over."""
-        await self._drained.wait()
-
-    async def _put_all(self) -> None:
-        try:
-            while self._inbox:
-                batch, self._inbox = self._inbox, []
-                self._backlog -= sum(len(items) for _, items in batch)
-                await self._hand_over(batch)
-        finally:
-            self._drained.set()
-
-    async def _hand_over(self, batch: list[tuple[_Connection, list[dict[str, Any]]]]) -> None:
-        """Puts a batch; if the call cannot carry it (an envelope that does not pickle), puts
-        it again connection by connection, then envelope by envelope, so that only what cannot
-        travel is refused (each with an ``error`` frame to its sender) and the rest goes on."""
-        try:
-            refused = await self.host.put([(c.agent_id, c.conn, items) for c, items in batch])
-        except ReachError as exc:  # the remote host is gone: every connection ends
-            log.warning("the remote host failed: %s", exc)
-            for conn, _ in batch:
-                conn.frames.put_nowait(_GONE)
-            return
-        except Exception as exc:  # pickling, recursion...: sent apart, below
-            if len(batch) == 1 and len(batch[0][1]) == 1:
-                conn, (item,) = batch[0]
-                _refuse_item(conn, item, exc)
-                return
-            parts = [[entry] for entry in batch] if len(batch) > 1 else \
-                [[(batch[0][0], [item])] for item in batch[0][1]]
-            for part in parts:  # in order: one agent's envelopes keep theirs
-                await self._hand_over(part)
-            return
-        by_agent = {c.agent_id: c for c, _ in batch}
-        for agent_id, errors in refused.items():
-            for error in errors:
-                by_agent[agent_id].errors.put_nowait(error)
-
-
-def _refuse_item(conn: _Connection, item: dict[str, Any], exc: Exception) -> None:
-    msg_id = item.get("msg_id")
-    log.warning("refused an envelope of %s that cannot travel: %s: %s", conn.agent_id,
-                type(exc).__name__, exc)
-    conn.errors.put_nowait(error_frame(
-        msg_id if isinstance(msg_id, str) else None, CodecError.code,
-        f"the envelope cannot travel into the cluster ({type(exc).__name__}: "
-        f"{str(exc)[:200]}): nest it less deeply"))
-
-
-#: What a connection's writer gets when the remote host is gone.
-_GONE = "\x00gone"
 
 
 class _Closed(Exception):
@@ -275,7 +145,7 @@ class _Closed(Exception):
 class _Connection:
     """One agent's socket, from its hello to its close."""
 
-    def __init__(self, ws: WebSocket, bridge: _Bridge, settings: ChannelOptions,
+    def __init__(self, ws: WebSocket, bridge: Bridge, settings: ChannelOptions,
                  keyring: Keyring | None) -> None:
         self.ws = ws
         self.bridge = bridge
@@ -381,7 +251,7 @@ class _Connection:
                 raise _Closed(WireRefusal(code=CloseCode.NORMAL, reason="removed",
                                           message="this connection is no longer the agent's"),
                               audit=False)
-            if text == _GONE:
+            if text == GONE:
                 raise _Closed(WireRefusal(code=CloseCode.UNAVAILABLE, reason="unavailable",
                                           message="the gateway lost its remote host"),
                               audit=False)

@@ -1,0 +1,271 @@
+"""Hostile remote agents on real Ray, through one channel (uvicorn in a thread, configured as
+reach configures a gateway replica's server; its RemoteHost a Ray actor):
+
+- an attacker sends notifications nested 600 deep while an honest agent answers the driver: the
+  honest one loses nothing, the attacker gets ``error`` frames and keeps its connection;
+- 30 sockets announce oversize frames: each is refused (4413) and audited before the server
+  buffers it, and the serving process's memory stays within the stated bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import ray
+from conftest import wait_until
+from remote_agents import Add
+from test_remote_agents_on_ray import ROOT, Process, free_port
+
+from reach.cluster import CallLimits
+from reach.gateway.auth import token_for
+from reach.gateway.channel import ChannelOptions, channel_routes
+from reach.gateway.channel_server import uvicorn_settings
+from reach.gateway.options import GatewayOptions
+from reach.remote.wire import (
+    CONNECT_PATH,
+    DEFAULT_MAX_FRAME_BYTES,
+    CloseCode,
+    Declaration,
+    agent_secret,
+    frame_text,
+    make_hello,
+)
+
+HOST = "reach.remote.isolation-replica"
+pytestmark = [pytest.mark.integration]
+
+#: What a connection may hold in the server (``reach/gateway/channel_server.py``'s docstring).
+BOUND_PER_CONNECTION = 3 * DEFAULT_MAX_FRAME_BYTES
+
+
+class Channel:
+    """The channel on uvicorn, with the settings a gateway replica's server gets."""
+
+    def __init__(self, rt: Any) -> None:
+        import uvicorn
+        from starlette.applications import Starlette
+
+        self.rt = rt
+        guard = rt.cluster.guard()
+        assert guard is not None, "the integration runtime signs"
+        self.master = guard.keyring.master
+        self.token = token_for(guard.keyring, "isolation-tests")
+        self.host = rt.cluster.start_remote_host(HOST, CallLimits(), 20.0, 1000)
+        app = Starlette(routes=channel_routes(rt.cluster, GatewayOptions(), self.host,
+                                              ChannelOptions(grace_s=20.0)))
+        self.port = free_port()
+        self.url = f"ws://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+            **uvicorn_settings(DEFAULT_MAX_FRAME_BYTES)))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+
+    def hello(self, agent_id: str) -> str:
+        return frame_text(make_hello(agent_id, Declaration(capabilities=("probe.any",)),
+                                     agent_secret(self.master, agent_id),
+                                     now_ms=round(time.time() * 1000),
+                                     nonce=os.urandom(16).hex()))
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self.rt.cluster.kill(self.host)
+
+
+@pytest.fixture(scope="module")
+def channel(rt: Any) -> Iterator[Channel]:
+    made = Channel(rt)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def rss() -> int:
+    """This process's resident memory, in bytes (uvicorn serves the channel in it)."""
+    assert ray.is_initialized()
+    import psutil  # the one Ray ships: on the path once ray is imported
+
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+async def test_an_attackers_600_deep_notifications_cost_an_honest_agent_nothing(
+        rt: Any, channel: Channel) -> None:
+    from websockets.asyncio.client import connect
+
+    honest = await Process([
+        sys.executable, "-m", "reach.remote", "--gateway", channel.url,
+        "remote_agents:PyCalculator", "--id", "iso-calc-1", "--token", channel.token,
+        "--secret", agent_secret(channel.master, "iso-calc-1").hex()],
+        env={"PYTHONPATH": os.pathsep.join((str(ROOT / "tests" / "integration"),
+                                            str(ROOT)))}).start()
+    try:
+        await wait_until(lambda: rt.cluster.registry().lookup("iso-calc-1"), timeout_s=30)
+        async with connect(f"{channel.url}{CONNECT_PATH}", max_size=None,
+                           additional_headers={"Authorization": f"Bearer {channel.token}"},
+                           ) as spy:
+            await spy.send(channel.hello("iso-spy-1"))
+            assert json.loads(await spy.recv())["type"] == "welcome"
+            poison = json.dumps({"type": "envelope", "envelope": {
+                "msg_id": "poison", "msg_type": "notification", "sender": "iso-spy-1",
+                "receiver": "iso-calc-1", "payload_schema": "test.add@1.0",
+                "payload": {"a": nested(600)}}})
+            errors: list[dict[str, Any]] = []
+
+            async def read_errors() -> None:
+                while True:
+                    errors.append(json.loads(await spy.recv()))
+
+            async def attack() -> None:
+                for _ in range(30):
+                    await spy.send(poison)
+
+            reading = asyncio.ensure_future(read_errors())
+            for round_ in range(10):  # each round, 30 poisoned frames among 15 honest replies
+                calls = asyncio.gather(*(
+                    rt.client.request("iso-calc-1", Add(a=round_, b=i), timeout_ms=20_000)
+                    for i in range(15)))
+                await attack()
+                replies = await calls
+                assert [r.value.total for r in replies] == [round_ + i for i in range(15)]
+            await wait_until(lambda: _true(len(errors) == 300))
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+            assert {(e["type"], e["code"], e.get("msg_id")) for e in errors} == {
+                ("error", "codec_error", "poison")}
+            assert "deeper than 64 levels" in errors[0]["message"]
+            await spy.send('{"type":"heartbeat","ts":5}')  # the attacker's connection stays
+            while (frame := json.loads(await spy.recv()))["type"] != "heartbeat":
+                assert frame["type"] == "error"
+    finally:
+        await honest.stop()
+
+
+class RawSocket:
+    """A WebSocket client by hand, to announce a frame and send its payload only if asked."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", channel.port), timeout=30)
+        self.sock.sendall(
+            f"GET {CONNECT_PATH} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {channel.token}\r\n\r\n"
+            .encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        self.data = head.split(b"\r\n\r\n", 1)[1]
+
+    def header(self, length: int) -> None:
+        """A text frame's header, masked with a zero key (the payload goes as it is)."""
+        if length < 126:
+            size = struct.pack("!B", 0x80 | length)
+        elif length < 1 << 16:
+            size = struct.pack("!BH", 0x80 | 126, length)
+        else:
+            size = struct.pack("!BQ", 0x80 | 127, length)
+        self.sock.sendall(b"\x81" + size + b"\x00\x00\x00\x00")
+
+    def send_text(self, text: str) -> None:
+        payload = text.encode()
+        self.header(len(payload))
+        self.sock.sendall(payload)
+
+    def answered(self, within_s: float) -> bool:
+        """Whether the server has sent something (or closed) within ``within_s``."""
+        return bool(self.data) or bool(select.select([self.sock], [], [], within_s)[0])
+
+    def read_frame(self) -> tuple[int, bytes]:
+        while True:
+            if len(self.data) >= 2:
+                opcode, length, at = self.data[0] & 0x0F, self.data[1] & 0x7F, 2
+                if length == 126:
+                    (length,), at = struct.unpack("!H", self.data[2:4]), 4
+                elif length == 127:
+                    (length,), at = struct.unpack("!Q", self.data[2:10]), 10
+                if len(self.data) >= at + length:
+                    body, self.data = self.data[at:at + length], self.data[at + length:]
+                    return opcode, body
+            chunk = self.sock.recv(65536)
+            assert chunk, "closed without a close frame"
+            self.data += chunk
+
+    def close_code(self) -> tuple[int, str]:
+        while True:
+            opcode, body = self.read_frame()
+            if opcode == 0x8:
+                return struct.unpack("!H", body[:2])[0], body[2:].decode()
+
+
+def hold_oversize(channel: Channel, agent_id: str, size: int) -> RawSocket:
+    """A welcomed socket that announces a frame of ``size`` bytes; if the server does not
+    refuse it at once, sends all of it but its last byte (the server then holds it)."""
+    client = RawSocket(channel)
+    client.send_text(channel.hello(agent_id))
+    _, body = client.read_frame()
+    assert json.loads(body)["type"] == "welcome", body
+    client.header(size)
+    if not client.answered(within_s=2.0):  # reach before this change: it reads the frame
+        chunk = b"x" * 65536
+        with contextlib.suppress(OSError):
+            for _ in range((size - 1) // len(chunk)):
+                client.sock.sendall(chunk)
+            client.sock.sendall(chunk[:(size - 1) % len(chunk)])
+    return client
+
+
+async def test_thirty_sockets_announcing_oversize_frames_are_refused_before_buffered(
+        rt: Any, channel: Channel) -> None:
+    before = rss()
+    sizes = [8 << 20 if i % 2 else 20 << 20 for i in range(30)]  # under and over uvicorn's 16
+    held = [await asyncio.to_thread(hold_oversize, channel, f"iso-big-{i}", size)
+            for i, size in enumerate(sizes)]
+    grown = rss() - before
+    try:
+        print(f"30 sockets with oversize frames: the serving process grew {grown >> 20} MiB")
+        assert grown < 30 * BOUND_PER_CONNECTION, f"the server grew {grown >> 20} MiB"
+        for client in held:
+            with contextlib.suppress(OSError):
+                client.sock.sendall(b"x")  # the last byte, for a server still reading
+        closes = [await asyncio.to_thread(c.close_code) for c in held]
+        assert {code for code, _ in closes} == {CloseCode.TOO_LARGE}
+        assert all(reason.startswith("frame_size: ") for _, reason in closes)
+    finally:
+        for client in held:
+            client.sock.close()
+
+    async def audited() -> bool:
+        await channel.host.flush_audit()
+        found = [await rt.cluster.store().audit_records(None, f"iso-big-{i}", 10)
+                 for i in range(30)]
+        return all("refused: frame_size" in {r["outcome"] for r in f} for f in found)
+
+    await wait_until(audited)
+
+
+async def _true(value: bool) -> bool:
+    return value
