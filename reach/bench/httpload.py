@@ -82,6 +82,7 @@ class Connection:
             await reader.readexactly(2)
 
     def close(self) -> None:
+        """Closes the connection (the next request opens it again)."""
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None

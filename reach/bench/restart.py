@@ -32,13 +32,13 @@ Prints p50/p95/max per contestant and kind, when the supervisor detected the dea
 and its own restart latency (detection to running again, from its ``RestartRecord``: a restart
 that needed several attempts counts from the last one's), the speedups against Ray's restart
 and the goals (packed p50 <= 50 ms, p95 <= 150 ms; dedicated with a spare p50 <= 100 ms,
-p95 <= 300 ms; both at least 10x faster than Ray's restart at p50); writes
-bench/results/restart.json, or with ``--quick`` (5 deaths of each kind)
-bench/results/quick/restart.json. Exits non-zero if an agent did not come back. Other Ray
-instances on the machine disturb the figures: the number of raylets seen during the run is
-reported, and so is the commit (hosts started during the run import the code on disk: an edit
-made meanwhile is what they run).
-Each round's figures are printed as it ends (a line every few seconds).
+p95 <= 300 ms; both at least 10x faster than Ray's restart at p50); writes ``restart.json``
+into the results folder (:mod:`reach.bench.results`; ``--quick``: 5 deaths of each kind). Exits
+non-zero if an agent did not come back. Other Ray instances on the machine disturb the figures:
+the number of raylets seen during the run is reported, and so is the commit of the checkout the
+code runs from, if it is one (hosts started during the run import the code on disk: an edit
+made meanwhile is what they run). Each round's figures are printed as it ends (a line every
+few seconds).
 Run: ``python -m reach.bench.restart [--restarts N] [--probe-every MS] [--address ADDR] [--logs]
 [--out DIR]``.
 """
@@ -195,6 +195,7 @@ def show(figures: dict[str, dict[str, Any]], verdict: dict[str, Any]) -> None:
 
 async def run(restarts: int, address: str | None, *, logs: bool = False,
               probe_every_ms: float = PROBE_EVERY_MS) -> dict[str, Any]:
+    """Runs ``restarts`` rounds of deaths of each kind for every contestant; the figures."""
     # Every probe that meets the dead host is a dead letter, which the driver logs as a
     # warning: they are counted per death instead (``errors``).
     logging.getLogger("reach._runtime.directory").setLevel(logging.ERROR)

@@ -80,15 +80,18 @@ class ReachVictim:
         self.seen = 0  # restarts of this agent recorded by its supervisor so far
 
     async def ping(self) -> tuple[int, str]:
+        """See :meth:`Contestant.ping`."""
         reply = await self.rt.client.request(self.agent_id, Ping(), returns=Incarnation,
                                              timeout_ms=int(PROBE_TIMEOUT_S * 1000))
         return reply.value.pid, reply.value.token
 
     def crash(self, mark: str) -> asyncio.Future[Any]:
+        """See :meth:`Contestant.crash`."""
         return asyncio.ensure_future(self.rt.client.request(
             self.agent_id, Crash(mark=mark), timeout_ms=int(PROBE_TIMEOUT_S * 1000)))
 
     def is_process(self, pid: int) -> bool:
+        """See :meth:`Contestant.is_process`."""
         return b"AgentHost" in cmdline(pid)
 
     async def _restarts(self) -> list[reach.RestartRecord]:
@@ -96,6 +99,7 @@ class ReachVictim:
         return [r for r in status.restarts if r.child == self.agent_id]
 
     async def ready(self) -> dict[str, Any] | None:
+        """See :meth:`Contestant.ready`."""
         mine = await self._restarts()
         if len(mine) <= self.seen:
             return None
@@ -121,10 +125,12 @@ class ReachVictim:
         return True
 
     async def spare_offered(self) -> bool:
+        """Whether the registry offers a warm spare host (the next restart takes it)."""
         offered = await self.rt.cluster.registry().spares()
         return sum(len(names) for names in offered.values()) >= 1
 
     async def quiet_after(self) -> float:
+        """See :meth:`Contestant.quiet_after`."""
         mine = await self._restarts()
         return mine[-1].at + PERIOD_S if mine else 0.0
 
@@ -138,19 +144,24 @@ class RayAnchor:
         self.actor: Any = ray_victim.remote()
 
     async def ping(self) -> tuple[int, str]:
+        """See :meth:`Contestant.ping`."""
         pid, token = await asyncio.wait_for(awaited(self.actor.ping.remote()), PROBE_TIMEOUT_S)
         return int(pid), str(token)
 
     def crash(self, mark: str) -> asyncio.Future[Any]:
+        """See :meth:`Contestant.crash`."""
         return asyncio.ensure_future(awaited(self.actor.crash.remote(mark)))
 
     def is_process(self, pid: int) -> bool:
+        """See :meth:`Contestant.is_process`."""
         return b"RayVictim" in cmdline(pid)
 
     async def ready(self) -> dict[str, Any] | None:
+        """See :meth:`Contestant.ready`."""
         return {}
 
     async def quiet_after(self) -> float:
+        """See :meth:`Contestant.quiet_after`."""
         return 0.0
 
 
