@@ -230,10 +230,19 @@ class Hello(BaseModel):
         """The declaration, parsed.
 
         Raises:
-            CodecError: it is not a JSON object of the declaration's shape.
+            CodecError: it is not strict JSON (NaN, Infinity, a lone surrogate), nests more
+                than :data:`DEFAULT_MAX_DEPTH` levels, or is not an object of the declaration's
+                shape.
         """
         try:
-            return Declaration.model_validate_json(self.declaration)
+            parsed = strict.loads(self.declaration)
+        except (ValueError, RecursionError) as exc:
+            raise _bad("declaration", "the hello's declaration is not JSON") from exc
+        found = strict.flaw(parsed, DEFAULT_MAX_DEPTH, strings=True)
+        if found is not None:
+            raise _bad("declaration", f"the hello's declaration cannot be read: {found[1]}")
+        try:
+            return Declaration.model_validate(parsed)
         except ValidationError as exc:
             raise _bad("declaration", f"the hello's declaration is invalid: {_first(exc)}") \
                 from exc

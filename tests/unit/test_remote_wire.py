@@ -312,3 +312,18 @@ def test_what_the_wire_writes_is_strict_json() -> None:
 
 def _not_json(token: str) -> None:
     raise AssertionError(f"{token} written")
+
+
+@pytest.mark.parametrize(("declaration", "says"), [
+    ('{"capabilities":["a"],"handlers":[{"schema":"a.b@1.0","json_schema":{"max":NaN}}]}',
+     "NaN is not JSON"),
+    ('{"description":"x","extra":' + "[" * 70 + "]" * 70 + "}", "deeper than 64 levels"),
+    ('{"description":"\\udfff"}', "lone surrogate"),
+    ("[" * 5000 + "]" * 5000, "not JSON"),
+])
+def test_a_declaration_that_is_not_strict_json_is_refused(declaration: str, says: str) -> None:
+    hello = Hello(agent_id="calc-1", ts=NOW_MS, nonce="ab" * 16, declaration=declaration,
+                  sig="00" * 32)
+    with pytest.raises(CodecError, match=says) as refused:
+        hello.declared()
+    assert refused.value.details["rule"] == "declaration"
