@@ -34,6 +34,10 @@ failed         ``TASK_STATE_FAILED``, a status message with the error (text and 
 cancelled      ``TASK_STATE_CANCELED`` (also a handler cancelled under the trace)
 =============  =====================================================================
 
+A reply (or a partial result, or a chunk) that A2A cannot carry, being no JSON (a NaN, an
+Infinity), fails the task with the CodecError that says where (``reach.error.details.path``):
+what the caller gets is a task it can read, never one that cannot be shown.
+
 Every task's metadata has ``reach.trace_id`` (its ID), ``reach.target`` (the agent ID, or
 the capability), ``reach.replica`` (the replica running it), and once ended ``reach.attempts``.
 A task left unfinished by a replica that died is ended FAILED (retryable) by the replica that
@@ -61,12 +65,13 @@ from policies.tasks import TaskState as ReachState
 from reach import clock
 from reach._runtime.tasks import TaskRunner, TaskSpec
 from reach.client import Client, Link
-from reach.errors import ErrorInfo, ReachError, TaskCancelled
+from reach.errors import CodecError, ErrorInfo, ReachError, Severity, TaskCancelled
 from reach.gateway._proto import to_python
 from reach.gateway.errors import error_doc, error_message
 from reach.gateway.events import TaskEvents, timestamp
 from reach.gateway.options import GatewayOptions
 from reach.gateway.parts import Call, reply_parts
+from reach.protocol import new_id
 from reach.records import TaskResult
 
 log = logging.getLogger("reach.gateway.executor")
@@ -279,14 +284,24 @@ class ReachExecutor(AgentExecutor):
                 self._options.timeout_ms, self._options.retry_limit), task_id)
             await self._finish(await runner.wait(task_id), plan, events)
         except Exception:  # never leave the task hanging: fail it, and say why in the log
-            log.exception("the A2A task %s failed in the gateway", task_id)
-            await events.finish(TaskState.TASK_STATE_FAILED, metadata={
-                "reach": {**self._base(plan, task_id), "error": {"code": "gateway_error"}}})
+            error_id = new_id()
+            log.exception("the A2A task %s failed in the gateway (error ID %s)", task_id,
+                          error_id)
+            await self._failed(ErrorInfo(
+                code="gateway_error", severity=Severity.FATAL, details={"error_id": error_id},
+                reason=f"the gateway failed this task (error ID {error_id}: the gateway's "
+                       "operator finds what happened in its log under that ID)"),
+                events, self._base(plan, task_id))
 
     async def _finish(self, result: TaskResult, plan: Plan, events: TaskEvents) -> None:
         reach = {**self._base(plan, result.task_id), "attempts": len(result.attempts)}
         if result.state is ReachState.COMPLETED and result.value is not None:
-            await events.chunk(reply_parts(result.value, plan.call.handler.returns), last=True)
+            try:
+                parts = reply_parts(result.value, plan.call.handler.returns)
+            except CodecError as exc:  # a reply A2A cannot carry: the task fails, saying so
+                await self._failed(exc.to_info(), events, reach)
+                return
+            await events.chunk(parts, last=True)
             await events.finish(TaskState.TASK_STATE_COMPLETED, metadata={"reach": reach})
         elif result.state is ReachState.DEGRADED:
             await self._degraded(result.value, result.error, plan, events, reach)
@@ -299,7 +314,12 @@ class ReachExecutor(AgentExecutor):
     async def _degraded(self, partial: Any, error: ErrorInfo | None, plan: Plan,
                         events: TaskEvents, reach: dict[str, Any]) -> None:
         if partial is not None:
-            await events.chunk(reply_parts(partial, plan.call.handler.returns), last=True)
+            try:
+                parts = reply_parts(partial, plan.call.handler.returns)
+            except CodecError as exc:
+                await self._failed(exc.to_info(), events, reach)
+                return
+            await events.chunk(parts, last=True)
         reach["degraded"] = True
         message = None
         if error is not None:
@@ -335,10 +355,11 @@ class ReachExecutor(AgentExecutor):
                 left_ms = max(int((deadline - clock.monotonic()) * 1000), 1)
                 async for reply in client.stream(agent, plan.call.payload, plan.call.schema,
                                                  timeout_ms=left_ms):
+                    env = reply.envelope
+                    parts = reply_parts(env.payload, env.payload_schema)
                     if held is not None:
                         await events.chunk(held, last=False)
-                    env = reply.envelope
-                    held = reply_parts(env.payload, env.payload_schema)
+                    held = parts
                 if held is not None:
                     await events.chunk(held, last=True)
                 await events.finish(TaskState.TASK_STATE_COMPLETED, metadata={"reach": {

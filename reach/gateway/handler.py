@@ -122,11 +122,16 @@ class Planner:
 
         Raises:
             UnsupportedOperationError: the message continues a task (reach tasks take one).
-            InvalidParamsError: no such agent, no capability named or no holder of it, or a
-                payload that cannot be sent (see :func:`reach.gateway.parts.read_message`).
+            InvalidParamsError: a role that is no A2A role, no such agent, no capability named
+                or no holder of it, or a payload that cannot be sent (see
+                :func:`reach.gateway.parts.read_message`).
             ContentTypeNotSupportedError: parts of a kind the agent does not read.
         """
         message = params.message
+        if message.role not in Role.values():  # protobuf keeps an unknown number as it is
+            raise InvalidParamsError(
+                f"message.role {message.role} is not an A2A role: ROLE_USER or ROLE_AGENT",
+                data={"errors": [{"field": "message.role", "message": "Unknown role."}]})
         if message.task_id:
             raise UnsupportedOperationError(
                 "a reach task takes one message and ends: send a new message without a taskId "

@@ -25,6 +25,10 @@ class GatewayOptions:
         public_url: The base URL written into agent cards (default ``http://host:port``).
         max_body_bytes: Largest request body accepted; a larger one is refused with a JSON-RPC
             error (the gateway stays up).
+        max_json_depth: Most levels of arrays and objects nested in a request body (the
+            JSON-RPC envelope's own five included: a payload in a data part has the rest); a
+            deeper one is a parse error (-32700). At most 32: A2A's protobuf messages cannot
+            be decoded with a data part much deeper (see :mod:`reach.gateway.strict`).
         timeout_ms: Budget of one A2A task, every reach attempt included.
         retry_limit: Retries of a failed attempt (under the task policy of reach's supervisors).
         auth: Require a bearer token (``reach token NAME``) on every call but the agent cards.
@@ -38,6 +42,7 @@ class GatewayOptions:
     replicas: int = 1
     public_url: str | None = None
     max_body_bytes: int = 1 << 20
+    max_json_depth: int = 32
     timeout_ms: int = 30_000
     retry_limit: int = 2
     auth: bool = True
@@ -51,6 +56,9 @@ class GatewayOptions:
             raise ConfigError(f"a gateway needs at least one replica, got {self.replicas}")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
+        if not 8 <= self.max_json_depth <= 32:
+            raise ConfigError(f"max_json_depth must be 8-32, got {self.max_json_depth}",
+                              details={"setting": "max_json_depth"})
         if self.timeout_ms <= 0:
             raise ConfigError(f"timeout_ms must be positive, got {self.timeout_ms}")
         if self.proxy_location not in ("HeadOnly", "EveryNode"):

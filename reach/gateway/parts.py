@@ -13,7 +13,8 @@ A message to an agent becomes one request to one of its handlers:
   ContentTypeNotSupported (-32005); an ambiguous or invalid payload with InvalidParams (-32602).
 
 A reply (or each chunk of a streamed one) becomes a data part holding its payload, with its
-schema in the part's metadata, preceded by a text part when it is :class:`reach.Text`.
+schema in the part's metadata, preceded by a text part when it is :class:`reach.Text`. A reply
+that is not JSON (a NaN, an Infinity) becomes no part: it is a CodecError, which fails the task.
 """
 
 from __future__ import annotations
@@ -158,8 +159,13 @@ def reply_parts(payload: Mapping[str, Any], schema: str | None) -> list[Part]:
     Args:
         payload: Its payload.
         schema: Its schema, if known (text replies also become a text part).
+
+    Raises:
+        CodecError: the payload is not JSON (a NaN or an Infinity, say: an agent's reply is
+            checked by its model, which takes them, but A2A carries JSON only).
     """
-    data = Part(data=to_value(dict(payload)), media_type=JSON_MODE)
+    what = f"the agent's reply ({schema})" if schema else "the agent's reply"
+    data = Part(data=to_value(dict(payload), what), media_type=JSON_MODE)
     if schema:
         data.metadata.update({SCHEMA_KEY: schema})
     text = payload.get("text")

@@ -17,7 +17,8 @@ HTTP surface (paths under :attr:`GatewayOptions.base_url`):
 Every call but the cards needs ``Authorization: Bearer <token>`` (when ``auth``; refused with 401
 and a JSON body saying why) and a body of at most ``max_body_bytes`` (refused with 413 and a
 JSON-RPC error before it is read as JSON). The JSON-RPC binding, the SSE streams and the error
-responses are the SDK's; clients send ``A2A-Version: 1.0`` (the SDK's clients do), reach answers
+responses are the SDK's, behind reach's intake (:mod:`reach.gateway.intake`: strict JSON, and no
+internals in a -32603); clients send ``A2A-Version: 1.0`` (the SDK's clients do), reach answers
 A2A 1.0 only.
 """
 
@@ -31,7 +32,7 @@ from a2a.server.request_handlers.response_helpers import (
     agent_card_to_dict,
     build_error_response,
 )
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import create_agent_card_routes
 from a2a.server.tasks import TaskStore
 from a2a.types.a2a_pb2 import AgentCard
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
@@ -59,6 +60,7 @@ from reach.gateway.handler import (
     Planner,
     ReachRequestHandler,
 )
+from reach.gateway.intake import jsonrpc_routes
 from reach.gateway.options import GatewayOptions
 from reach.gateway.task_store import ReachTaskStore
 from reach.security.keys import Keyring
@@ -140,13 +142,14 @@ class GatewayServer:
 
     def _routes(self) -> Starlette:
         builder = ContextBuilder()
+        depth = self.options.max_json_depth
         routes = [
             *channel_routes(self.cluster, self.options, self.remote_host, self._channel),
             *create_agent_card_routes(self._sdk_card(), card_modifier=self._router_card),
             Route("/agents/{agent_id}" + AGENT_CARD_WELL_KNOWN_PATH, self._agent_card,
                   methods=["GET"]),
-            *create_jsonrpc_routes(self.handler, "/", context_builder=builder),
-            *create_jsonrpc_routes(self.handler, "/agents/{agent_id}", context_builder=builder),
+            *jsonrpc_routes(self.handler, "/", builder, max_depth=depth),
+            *jsonrpc_routes(self.handler, "/agents/{agent_id}", builder, max_depth=depth),
         ]
         return Starlette(routes=routes)
 

@@ -15,21 +15,29 @@ and history length and applies ``include_artifacts`` and ``history_length`` to t
 
 A call that finds the session store restarting (AgentUnavailable) is made again until
 ``retry_s`` has passed: every call is idempotent (a save writes the same row again).
+
+Nothing stored is other than JSON: a task whose Values hold a NaN or an Infinity (the one place
+in a task a double lives; JSON has no form for them, and a task holding one could never be
+answered again) is scrubbed as it is saved, those numbers made null, with an error in the log,
+since reach's own writers never make one. A row stored so by an older version is scrubbed as it
+is read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
+import re
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from a2a.server.context import ServerCallContext
 from a2a.server.owner_resolver import OwnerResolver, resolve_user_scope
 from a2a.server.tasks.task_store import TaskStore
-from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task
+from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
 from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import (
@@ -41,6 +49,7 @@ from a2a.utils.task import (
     validate_history_length,
     validate_page_size,
 )
+from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 
 from policies.backoff import poll_delay
 from reach import clock
@@ -59,6 +68,9 @@ SAVE_BATCH = 256
 Position = tuple[int | None, str]
 
 _INT64 = 1 << 63  # SQLite integers are signed 64-bit: a larger timestamp is no real position
+# The last two bytes (little-endian) of a double whose exponent is all ones (NaN, Infinity):
+# bytes without them hold none, and spare the full check.
+_NON_FINITE_TAIL = re.compile(rb"[\xf0-\xff][\x7f\xff]")
 
 
 class ReachTaskStore(TaskStore):
@@ -90,8 +102,12 @@ class ReachTaskStore(TaskStore):
             AgentUnavailable: the session store stayed unavailable for ``retry_s``.
         """
         owner = self.owner_resolver(context)
-        row = (task.id, owner, task.context_id, int(task.status.state), _timestamp_ns(task),
-               task.SerializeToString())
+        doc = task.SerializeToString()
+        if _scrubbed(task, doc):
+            log.error("task %s held numbers JSON cannot carry (NaN, Infinity): stored with "
+                      "them made null", task.id)
+            doc = task.SerializeToString()
+        row = (task.id, owner, task.context_id, int(task.status.state), _timestamp_ns(task), doc)
         loop = asyncio.get_running_loop()
         saved: asyncio.Future[bool] = loop.create_future()
         self._queued.append((row, saved))
@@ -131,23 +147,31 @@ class ReachTaskStore(TaskStore):
         """A page of the call's owner's tasks (see the module's docstring).
 
         Raises:
-            InvalidParamsError: a page size out of 1-100, a negative history length, or a page
-                token that is neither a cursor nor the ID of one of the owner's tasks.
+            InvalidParamsError: a page size out of 1-100, a negative history length, a status
+                that is no task state, or a page token that is neither a cursor nor the ID of
+                one of the owner's tasks.
             AgentUnavailable: the session store stayed unavailable for ``retry_s``.
         """
         owner = self.owner_resolver(context)
         validate_history_length(params)
         if params.HasField("page_size"):
             validate_page_size(params.page_size)
+        if params.status not in TaskState.values():
+            raise InvalidParamsError(
+                f"status {params.status} is not an A2A task state: one of "
+                f"{', '.join(TaskState.keys())}")
         page_size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
         after, inclusive = await self._start(params.page_token, owner)
-        updated_after = (params.status_timestamp_after.ToNanoseconds()
+        # A timestamp protobuf takes may lie past SQLite's integers (after 2262, before 1677):
+        # as a bound it means what the nearest integer means (no task, or every task).
+        updated_after = (min(max(params.status_timestamp_after.ToNanoseconds(), -_INT64),
+                             _INT64 - 1)
                          if params.HasField("status_timestamp_after") else None)
         docs, last, total = await self._call(lambda: self.store.a2a_list(
             owner, context_id=params.context_id, state=params.status,
             updated_after=updated_after, page_size=page_size, after=after, inclusive=inclusive))
         return ListTasksResponse(
-            tasks=[_shown(Task.FromString(doc), params) for doc in docs],
+            tasks=[_shown(_read(doc), params) for doc in docs],
             next_page_token=None if last is None else encode_list_tasks_cursor(
                 ListTasksCursor(timestamp_ns=last[0], task_id=last[1])),
             page_size=page_size, total_size=total)
@@ -164,7 +188,7 @@ class ReachTaskStore(TaskStore):
 
     async def _get(self, task_id: str, owner: str) -> Task | None:
         doc = await self._call(lambda: self.store.a2a_get(task_id, owner))
-        return None if doc is None else Task.FromString(doc)
+        return None if doc is None else _read(doc)
 
     async def _start(self, page_token: str, owner: str) -> tuple[Position | None, bool]:
         """Where a page starts: past a cursor token's task, or at a task-ID token's task."""
@@ -195,6 +219,45 @@ class ReachTaskStore(TaskStore):
                     raise
             await asyncio.sleep(delay)
             attempt += 1
+
+
+def _read(doc: bytes) -> Task:
+    task: Task = Task.FromString(doc)
+    if _scrubbed(task, doc):
+        log.warning("stored task %s held numbers JSON cannot carry (NaN, Infinity): read with "
+                    "them made null", task.id)
+    return task
+
+
+def _scrubbed(task: Task, doc: bytes) -> bool:
+    """Makes every non-finite number of the task's Values null, in place; whether it did."""
+    if not _NON_FINITE_TAIL.search(doc):
+        return False
+    try:
+        json_format.MessageToDict(task)
+    except (ValueError, json_format.Error):  # how json_format refuses a NaN
+        return _scrub(task) > 0
+    return False
+
+
+def _scrub(message: Any) -> int:
+    """Nulls the non-finite numbers of the Values in a message; returns how many."""
+    if (message.DESCRIPTOR.full_name == "google.protobuf.Value"
+            and message.WhichOneof("kind") == "number_value"
+            and not math.isfinite(message.number_value)):
+        message.null_value = 0
+        return 1
+    count = 0
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            entry = field.message_type.fields_by_name["value"]
+            items = list(value.values()) if entry.message_type is not None else []
+        else:
+            items = list(value) if field.is_repeated else [value]
+        count += sum(_scrub(item) for item in items)
+    return count
 
 
 def _timestamp_ns(task: Task) -> int | None:

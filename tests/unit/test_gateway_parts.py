@@ -21,6 +21,7 @@ from reach.agent import reads_text
 from reach.errors import (
     AgentNotFound,
     AgentUnavailable,
+    CodecError,
     InvalidPayload,
     NoCapableAgent,
     SchemaIncompatible,
@@ -167,7 +168,7 @@ def test_a_reply_is_a_data_part_with_its_schema_and_text_is_also_a_text_part() -
     (AgentNotFound("who?"), InvalidParamsError),
     (NoCapableAgent("nobody"), InvalidParamsError),
     (TaskNotFound("gone"), TaskNotFoundError),
-    (AgentUnavailable("down"), InternalError),
+    (CodecError("not JSON"), InvalidParamsError),
 ])
 def test_reach_errors_before_a_task_become_a2a_errors_with_reachs_facts(error: Any,
                                                                        kind: Any) -> None:
@@ -175,6 +176,32 @@ def test_reach_errors_before_a_task_become_a2a_errors_with_reachs_facts(error: A
     assert type(mapped) is kind
     assert mapped.message == error.message
     assert mapped.data == error_data(error)
+
+
+def test_any_other_reach_error_is_an_internal_error_with_an_error_id_and_no_internals(
+        caplog: pytest.LogCaptureFixture) -> None:
+    error = AgentUnavailable("host 10.0.0.7 died: RayActorError", suggestion="retry")
+    with caplog.at_level("ERROR", logger="reach.gateway.errors"):
+        mapped = to_a2a(error)
+    assert type(mapped) is InternalError
+    assert mapped.data is not None
+    error_id = mapped.data["error_id"]
+    assert error_id in mapped.message
+    assert "10.0.0.7" not in mapped.message
+    assert {k: mapped.data[k] for k in ("reach_code", "severity", "suggestion")} == {
+        "reach_code": "agent_unavailable", "severity": "retryable", "suggestion": "retry"}
+    assert any(error_id in r.getMessage() and "10.0.0.7" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_reply_that_is_not_json_makes_no_parts_but_a_codec_error() -> None:
+    for bad, rule in (({"v": float("nan")}, "json_number"), ({"v": [float("-inf")]},
+                                                            "json_number"),
+                      ({"v": b"bytes"}, "json_type"), ({"v": 10 ** 400}, "json_number")):
+        with pytest.raises(CodecError, match="not JSON") as caught:
+            reply_parts(bad, "shop.status@1.0")
+        assert caught.value.details["rule"] == rule
+        assert str(caught.value.details["path"]).startswith("$.v")
 
 
 def test_error_data_is_a_map_of_strings() -> None:
