@@ -506,9 +506,10 @@ def bound_websocket_frames(max_frame_bytes: int) -> None:
     ``uvicorn.Config`` with no WebSocket setting, and offers no setting or variable of its own
     for them. So, in the replica's process, ``uvicorn.Config`` takes the channel's
     (:func:`reach.gateway.channel_server.uvicorn_settings`) as defaults. A unit test fails if
-    Serve stops building its server that way. Behind Serve's default Python proxy instead, the
-    proxy holds the sockets and buffers frames up to uvicorn's 16 MiB before the replica's
-    check: that is logged here, once per replica.
+    Serve stops building its server that way. Behind Serve's default Python proxy instead (and
+    through the fallback HAProxy uses until it routes to a new replica), the proxy holds the
+    sockets and buffers frames up to uvicorn's 16 MiB before the replica's check: the first
+    case is logged here, once per replica.
     """
     import uvicorn
 

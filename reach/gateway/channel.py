@@ -36,7 +36,7 @@ from reach.cluster import Cluster, RemoteHostPort
 from reach.errors import CodecError, ConfigError, ReachError
 from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
 from reach.gateway.channel_bridge import GONE, Bridge
-from reach.gateway.channel_server import REFUSED
+from reach.gateway.channel_server import REFUSAL
 from reach.gateway.options import GatewayOptions
 from reach.remote.wire import (
     CONNECT_PATH,
@@ -178,6 +178,12 @@ class _Connection:
             reason = "remote_host"
             await self._end(_Closed(WireRefusal(code=CloseCode.UNAVAILABLE, reason="unavailable",
                                                 message=exc.message), audit=False))
+        except asyncio.CancelledError:  # Ray Serve cancels a request whose client has gone
+            why = self._refused_by_server()
+            if why is not None:  # by the server's refusal: audited all the same
+                reason = why.reason
+                await self._end(_Closed(why, sent=True))
+            raise
         finally:
             if self.attached is not None and not self.goodbye:
                 with contextlib.suppress(ReachError):
@@ -303,14 +309,18 @@ class _Connection:
         except WebSocketDisconnect:
             raise _Closed(None) from None
         if message["type"] == "websocket.disconnect":
-            rule = message.get(REFUSED)  # the server refused a frame and closed: audit it
-            if rule is None:
-                raise _Closed(None)
-            code, _, words = str(message.get("reason", "")).partition(": ")
-            raise _Closed(WireRefusal(code=CloseCode(int(message["code"])), reason=str(rule),
-                                      message=words or code), sent=True)
+            why = self._refused_by_server()
+            raise _Closed(why, sent=True) if why is not None else _Closed(None)
         text = message.get("text")
         return text if text is not None else message.get("bytes") or b""
+
+    def _refused_by_server(self) -> WireRefusal | None:
+        """What the WebSocket server refused on this socket, closing it (``channel_server``)."""
+        found = (self.ws.scope.get("extensions") or {}).get(REFUSAL)
+        if not found:
+            return None
+        return WireRefusal(code=CloseCode(int(found["code"])), reason=str(found["rule"]),
+                           message=str(found["words"]))
 
     def _parse(self, text: str | bytes) -> Any:
         try:

@@ -8,7 +8,7 @@ is given the channel's limit (:func:`uvicorn_settings`): the ``websockets`` pars
 frame as soon as its header announces a payload over the limit (or its fragments add up past it,
 or its compressed form inflates past it), having buffered at most the limit. Its close is made
 the channel's: 4413 ``frame_size`` instead of 1009, 4400 ``utf8`` instead of 1007 for text that
-is not UTF-8, and the application is told (:data:`REFUSED`), so that the refusal is audited.
+is not UTF-8, and the application can tell (:data:`REFUSAL`), so that the refusal is audited.
 
 Memory a connection can hold in the server, whatever the peer sends: one frame being read (at
 most ``max_frame_bytes``, plus a read chunk of 64 KiB), one message handed to the application and
@@ -26,14 +26,17 @@ from uvicorn.config import Config
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 from websockets.frames import CloseCode as WsCloseCode
+from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
 from reach.remote.wire import CloseCode
 
-#: Key of the ASGI ``websocket.disconnect`` message that says the server refused a frame (its
-#: value the refusal's reason: ``frame_size`` or ``utf8``). Only the server sets it: a peer's own
-#: close never carries it.
-REFUSED = "reach.refused"
+#: Key, in the ASGI scope's ``extensions``, of what the server refused on this connection: a
+#: dict, empty until it closes the connection for a frame (then ``code``, ``rule``: ``frame_size``
+#: or ``utf8``, and ``words``). In the scope, not in the disconnect message: Ray Serve cancels
+#: the application once the client is gone, and a cancelled application can still read it.
+#: Only the server writes it: a peer's own close never does.
+REFUSAL = "reach.refusal"
 
 # The parser's own closes, and the channel's for the same causes.
 _AS_CHANNEL = {WsCloseCode.MESSAGE_TOO_BIG: (CloseCode.TOO_LARGE, "frame_size"),
@@ -65,7 +68,7 @@ def _as_channel(code: WsCloseCode | int, reason: str) -> tuple[int, str]:
 
 class ChannelWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol (its default, on ``websockets``' parser) with the channel's
-    closes, which the application is told of (:data:`REFUSED`)."""
+    closes, which the application can tell (:data:`REFUSAL`)."""
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -73,19 +76,22 @@ class ChannelWebSocketProtocol(WebSocketsSansIOProtocol):
         # The parser uvicorn made, with its settings (limit, extensions) as they are: only how
         # it fails changes (the subclass adds no state).
         self.conn.__class__ = _ChannelServerProtocol
+        self.refusal: dict[str, Any] = {}
+
+    def handle_connect(self, event: Request) -> None:
+        """As uvicorn's; the application's scope gets :data:`REFUSAL`."""
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)  # none when the handshake was refused
+        if scope is not None:
+            scope.setdefault("extensions", {})[REFUSAL] = self.refusal
 
     def handle_parser_exception(self) -> None:
-        """As uvicorn's, and the disconnect names the refusal when it is the channel's."""
+        """As uvicorn's; a refusal of the channel's is kept in :data:`REFUSAL` first."""
         sent = self.conn.close_sent
-        assert sent is not None
-        message: dict[str, Any] = {"type": "websocket.disconnect", "code": sent.code,
-                                   "reason": sent.reason}
-        if sent.code in (int(c) for c, _ in _AS_CHANNEL.values()):
-            message[REFUSED] = sent.reason.partition(":")[0]
-        self.queue.put_nowait(message)  # type: ignore[arg-type] # one key more than ASGI's
-        self.transport.write(b"".join(self.conn.data_to_send()))
-        self.close_sent = True
-        self.transport.close()
+        if sent is not None and sent.code in (int(c) for c, _ in _AS_CHANNEL.values()):
+            rule, _, words = sent.reason.partition(": ")
+            self.refusal.update(code=sent.code, rule=rule, words=words or rule)
+        super().handle_parser_exception()
 
 
 def uvicorn_settings(max_frame_bytes: int) -> dict[str, Any]:
@@ -93,4 +99,4 @@ def uvicorn_settings(max_frame_bytes: int) -> dict[str, Any]:
     return {"ws": ChannelWebSocketProtocol, "ws_max_size": max_frame_bytes}
 
 
-__all__ = ["REFUSED", "ChannelWebSocketProtocol", "uvicorn_settings"]
+__all__ = ["REFUSAL", "ChannelWebSocketProtocol", "uvicorn_settings"]

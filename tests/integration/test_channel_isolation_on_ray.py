@@ -3,6 +3,7 @@ reach configures a gateway replica's server; its RemoteHost a Ray actor):
 
 - an attacker sends notifications nested 600 deep while an honest agent answers the driver: the
   honest one loses nothing, the attacker gets ``error`` frames and keeps its connection;
+- a gateway replica on Serve refuses an oversize frame from its header;
 - 30 sockets announce oversize frames: each is refused (4413) and audited before the server
   buffers it, and the serving process's memory stays within the stated bound.
 """
@@ -21,10 +22,11 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import ray
-from conftest import wait_until
+from conftest import start_gateway, wait_until
 from remote_agents import Add
 from test_remote_agents_on_ray import ROOT, Process, free_port
 
@@ -138,19 +140,24 @@ async def test_an_attackers_600_deep_notifications_cost_an_honest_agent_nothing(
                 while True:
                     errors.append(json.loads(await spy.recv()))
 
-            async def attack() -> None:
-                for _ in range(30):
+            sent = 0
+
+            async def attack(until: asyncio.Future[Any]) -> None:
+                nonlocal sent
+                while not until.done():  # a poisoned frame every 5 ms while replies flow
                     await spy.send(poison)
+                    sent += 1
+                    await asyncio.sleep(0.005)
 
             reading = asyncio.ensure_future(read_errors())
-            for round_ in range(10):  # each round, 30 poisoned frames among 15 honest replies
-                calls = asyncio.gather(*(
+            for round_ in range(10):
+                calls = asyncio.ensure_future(asyncio.gather(*(
                     rt.client.request("iso-calc-1", Add(a=round_, b=i), timeout_ms=20_000)
-                    for i in range(15)))
-                await attack()
+                    for i in range(15))))
+                await attack(calls)
                 replies = await calls
                 assert [r.value.total for r in replies] == [round_ + i for i in range(15)]
-            await wait_until(lambda: _true(len(errors) == 300))
+            await wait_until(lambda: _true(len(errors) == sent))
             reading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reading
@@ -167,12 +174,12 @@ async def test_an_attackers_600_deep_notifications_cost_an_honest_agent_nothing(
 class RawSocket:
     """A WebSocket client by hand, to announce a frame and send its payload only if asked."""
 
-    def __init__(self, channel: Channel) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", channel.port), timeout=30)
+    def __init__(self, port: int, token: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         self.sock.sendall(
             f"GET {CONNECT_PATH} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
             "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {channel.token}\r\n\r\n"
+            f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n\r\n"
             .encode())
         head = b""
         while b"\r\n\r\n" not in head:
@@ -224,7 +231,7 @@ class RawSocket:
 def hold_oversize(channel: Channel, agent_id: str, size: int) -> RawSocket:
     """A welcomed socket that announces a frame of ``size`` bytes; if the server does not
     refuse it at once, sends all of it but its last byte (the server then holds it)."""
-    client = RawSocket(channel)
+    client = RawSocket(channel.port, channel.token)
     client.send_text(channel.hello(agent_id))
     _, body = client.read_frame()
     assert json.loads(body)["type"] == "welcome", body
@@ -265,6 +272,41 @@ async def test_thirty_sockets_announcing_oversize_frames_are_refused_before_buff
         return all("refused: frame_size" in {r["outcome"] for r in f} for f in found)
 
     await wait_until(audited)
+
+
+async def test_a_gateway_replica_on_serve_refuses_an_oversize_frame_from_its_header(
+        rt: Any, channel: Channel) -> None:
+    """The gateway as reach deploys it (Serve, its HAProxy ingress): the replica's own server
+    was built with the channel's limit (``reach._ray.bound_websocket_frames``)."""
+    name = "reach-gateway-isolation"
+    url = await asyncio.to_thread(start_gateway, rt, name=name)
+    port = urlsplit(url).port or 80
+    try:
+        # Until HAProxy routes to the new replica, Serve's fallback proxy holds the sockets
+        # (uvicorn as Serve configures it): try until the replica's own server answers.
+        deadline, attempt = time.monotonic() + 90, 0
+        while True:
+            attempt += 1
+            client = RawSocket(port, channel.token)
+            client.send_text(channel.hello(f"iso-serve-{attempt}"))
+            _, body = client.read_frame()
+            assert json.loads(body)["type"] == "welcome", body
+            client.header(8 << 20)  # under uvicorn's 16 MiB, over the channel's 1 MiB
+            if client.answered(within_s=5.0):
+                break
+            client.sock.close()
+            assert time.monotonic() < deadline, "no replica's own server refused the frame"
+        code, reason = await asyncio.to_thread(client.close_code)
+        assert (code, reason.split(":")[0]) == (CloseCode.TOO_LARGE, "frame_size")
+        client.sock.close()
+
+        async def audited() -> bool:
+            records = await rt.cluster.store().audit_records(None, f"iso-serve-{attempt}", 10)
+            return "refused: frame_size" in {r["outcome"] for r in records}
+
+        await wait_until(audited, timeout_s=30)
+    finally:
+        await asyncio.to_thread(rt.cluster.stop_gateway, name)
 
 
 async def _true(value: bool) -> bool:

@@ -23,8 +23,9 @@ from reach.cluster import CallLimits
 from reach.errors import CodecError
 from reach.gateway.auth import token_for
 from reach.gateway.channel import ChannelOptions, channel_routes
+from reach.gateway.channel_server import REFUSAL
 from reach.gateway.options import GatewayOptions
-from reach.remote.wire import CloseCode, Declaration, make_hello
+from reach.remote.wire import CONNECT_PATH, CloseCode, Declaration, make_hello
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.testing import FakeCluster, eventually, run
 
@@ -320,3 +321,40 @@ def _refuse(token: str) -> None:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+# -- refusals by the WebSocket server ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+def test_a_frame_the_server_refused_is_audited_even_if_serve_cancels_the_channel(
+        cancelled: bool, tmp_path: Path) -> None:
+    """The server (``channel_server``) refuses an oversize frame from its header and closes;
+    the channel learns it from the scope, also when Ray Serve, seeing the client gone, cancels
+    the channel at once."""
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        refusal: dict[str, Any] = {}
+        scope = {"type": "websocket", "asgi": {"version": "3.0"}, "scheme": "ws",
+                 "path": CONNECT_PATH, "raw_path": CONNECT_PATH.encode(), "root_path": "",
+                 "query_string": b"", "server": ("gateway", 80), "client": ("agent", 1),
+                 "subprotocols": [], "extensions": {REFUSAL: refusal},
+                 "headers": [(b"authorization", f"Bearer {gw.token}".encode())]}
+        to_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        from_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        task = asyncio.ensure_future(gw.app(scope, to_app.get, from_app.put))
+        await to_app.put({"type": "websocket.connect"})
+        assert (await from_app.get())["type"] == "websocket.accept"
+        await to_app.put({"type": "websocket.receive", "text": hello(gw, "big-1",
+                                                                     nonce="51" * 16)})
+        assert json.loads((await from_app.get())["text"])["type"] == "welcome"
+        refusal.update(code=4413, rule="frame_size",
+                       words="frame with 8388608 bytes exceeds limit of 4096 bytes")
+        await to_app.put({"type": "websocket.disconnect", "code": 4413})
+        if cancelled:
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert from_app.empty()  # no close sent on a socket the server closed
+        outcomes = [r["outcome"] for r in await gw.audit("big-1")]
+        assert outcomes.count("refused: frame_size") == 1
+
+    on_hostile_channel(scenario, tmp_path)

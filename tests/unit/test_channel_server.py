@@ -1,7 +1,7 @@
 """The WebSocket server keeps the channel's frame limit itself: a real uvicorn, as reach
 configures it, refuses a frame over the limit as its header arrives (4413), text that is not
-UTF-8 (4400), and tells the application, which audits the refusal; Serve builds its server the
-way reach's seam counts on."""
+UTF-8 (4400), and lets the application tell, so that it audits the refusal; Serve builds its
+server the way reach's seam counts on."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import uvicorn
 from ray.serve._private import http_util, replica
 
 from reach import _ray
-from reach.gateway.channel_server import REFUSED, ChannelWebSocketProtocol, uvicorn_settings
+from reach.gateway.channel_server import REFUSAL, ChannelWebSocketProtocol, uvicorn_settings
 
 LIMIT = 4096
 
@@ -29,10 +29,12 @@ class Recorder:
 
     def __init__(self) -> None:
         self.received: list[dict[str, Any]] = []
+        self.refusal: dict[str, Any] = {}
         self.ended = threading.Event()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         assert scope["type"] == "websocket"
+        self.refusal = scope["extensions"][REFUSAL]
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})
         while True:
@@ -134,8 +136,8 @@ def test_the_server_refuses_what_the_channel_would_with_its_codes_and_tells_the_
         assert closed[0] == code
         assert closed[1].startswith(f"{rule}: ")
         assert app.ended.wait(10)
-    disconnect = app.received[-1]
-    assert (disconnect["code"], disconnect[REFUSED]) == (code, rule)
+    assert app.received[-1]["code"] == code
+    assert (app.refusal["code"], app.refusal["rule"]) == (code, rule)
     assert [m for m in app.received if m["type"] == "websocket.receive"] == []
 
 
@@ -148,7 +150,7 @@ def test_a_frame_within_the_limit_and_a_peers_own_close_are_not_refusals() -> No
         assert client.close_frame()[0] == 4413  # the echo
         assert app.ended.wait(10)
     assert app.received[0] == {"type": "websocket.receive", "text": "y" * (LIMIT - 10)}
-    assert REFUSED not in app.received[-1]
+    assert app.refusal == {}
 
 
 def test_the_seam_gives_uvicorn_the_channels_settings_as_defaults() -> None:
