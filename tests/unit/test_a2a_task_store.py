@@ -527,3 +527,43 @@ async def test_a_database_made_before_a2a_tasks_existed_opens_and_gains_them(
     with contextlib.closing(sqlite3.connect(path)) as db:
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"a2a_tasks_by_owner", "a2a_tasks_by_context"} <= names
+
+
+# --- hostile bounds and what a task may hold ------------------------------------------------
+
+
+def test_an_unknown_status_filter_is_invalid_params() -> None:
+    async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
+        await store.save(a_task("t1"), ALICE)
+        with pytest.raises(InvalidParamsError, match="status 99"):
+            await store.list(ListTasksRequest(status=99), ALICE)  # type: ignore[arg-type]
+
+    on_fake(scenario)
+
+
+def test_a_timestamp_bound_beyond_sqlites_integers_means_none_or_every_task() -> None:
+    async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
+        await save_all(store, [(a_task("t1"), ALICE), (a_task("t2", at=T0 + 1), ALICE)])
+        year_3000 = 32_503_680_000 * 10**9  # past 2262, the last second of int64 nanoseconds
+        year_1000 = -30_610_224_000 * 10**9  # before 1677
+        assert await ids(store, since=year_3000) == []
+        assert await ids(store, since=year_1000) == ["t2", "t1"]
+
+    on_fake(scenario)
+
+
+def test_a_task_holding_nan_is_saved_and_read_with_it_made_null() -> None:
+    async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
+        task = a_task("t1")
+        task.metadata.update({"ok": 1.5, "bad": 0.0})
+        task.metadata["bad"] = float("inf")
+        await store.save(task, ALICE)
+        assert task.metadata["bad"] is None  # the task in hand is what was stored
+        got = await store.get("t1", ALICE)
+        assert got is not None
+        assert (got.metadata["ok"], got.metadata["bad"]) == (1.5, None)
+        clean = a_task("t2", history=1)
+        await store.save(clean, ALICE)
+        assert await store.get("t2", ALICE) == clean
+
+    on_fake(scenario)
