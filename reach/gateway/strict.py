@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any, NoReturn
 
 from reach.errors import CodecError
@@ -58,13 +59,6 @@ def _constant(name: str) -> Any:
     _refuse(f"{name} is not a JSON value (JSON numbers are finite)", "constant")
 
 
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_DIGITS:
-        _refuse(f"an integer of {len(text.lstrip('-'))} digits is out of range (at most "
-                f"{MAX_DIGITS} digits: a number must fit a 64-bit float)", "number")
-    return int(text)
-
-
 def _float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -88,13 +82,21 @@ def read_json(body: bytes, *, max_depth: int) -> Any:
     except UnicodeDecodeError as exc:
         _refuse(f"byte {exc.object[exc.start]:#04x} at position {exc.start} is not UTF-8", "utf8")
     try:
-        doc = json.loads(text, parse_constant=_constant, parse_int=_int, parse_float=_float)
+        doc = json.loads(text, parse_constant=_constant, parse_float=_float)
     except json.JSONDecodeError as exc:
         _refuse(f"{exc.msg} at line {exc.lineno} column {exc.colno}", "syntax")
     except RecursionError:
         _refuse(f"arrays and objects are nested deeper than {max_depth} levels", "depth")
+    except ValueError:  # Python's own limit on the digits of an integer (4300)
+        _refuse(f"an integer of more than {sys.get_int_max_str_digits()} digits is out of "
+                f"range (at most {MAX_DIGITS}: a number must fit a 64-bit float)", "number")
+    if _LONG_INTEGER.search(text):
+        found = _non_json(doc)
+        if found is not None:
+            _refuse(f"{found[1]} (at most {MAX_DIGITS} digits: a number must fit a 64-bit "
+                    f"float)", "number")
     # Cheap tests first: the walks below run only where the text could break the rule.
-    if text.count("[") + text.count("{") > max_depth and depth(doc) > max_depth:
+    if text.count("[") + text.count("{") > max_depth and depth(doc, max_depth) > max_depth:
         _refuse(f"arrays and objects are nested deeper than {max_depth} levels", "depth")
     if _SURROGATE_ESCAPE.search(text):
         try:
@@ -105,18 +107,22 @@ def read_json(body: bytes, *, max_depth: int) -> Any:
     return doc
 
 
-def depth(data: Any) -> int:
+def depth(data: Any, limit: int | None = None) -> int:
     """How many levels of lists and dicts are nested in ``data`` (0 for a scalar), without
-    recursion (so that any depth is measured)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(data, 0)]
+    recursion (so that any depth is measured); once past ``limit`` (if given), ``limit + 1``."""
+    if not isinstance(data, dict | list):
+        return 0
+    deepest = 1
+    stack: list[tuple[Any, int]] = [(data, 1)]
     while stack:
         item, level = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            deepest = max(deepest, level + 1)
-            stack.extend((child, level + 1) for child in item)
+        if level > deepest:
+            deepest = level
+            if limit is not None and deepest > limit:
+                return deepest
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list):
+                stack.append((child, level + 1))
     return deepest
 
 
@@ -140,7 +146,7 @@ def check_json(data: Any, what: str) -> None:
     else:  # JSON to Python's writer, which takes integers of any size
         found = _non_json(data) if _LONG_INTEGER.search(text) else None
         if found is None and (text.count("[") + text.count("{") <= MAX_VALUE_DEPTH
-                              or depth(data) <= MAX_VALUE_DEPTH):
+                              or depth(data, MAX_VALUE_DEPTH) <= MAX_VALUE_DEPTH):
             return
     path, why, rule = found or (
         "$", f"arrays and objects nested deeper than {MAX_VALUE_DEPTH} levels", "depth")
@@ -159,7 +165,8 @@ def _non_json(data: Any) -> tuple[str, str, str] | None:
             continue
         if isinstance(item, int):
             if abs(item) > _MAX_FLOAT:
-                return path, f"the integer {str(item)[:16]}... is out of range", "json_number"
+                digits = int(math.log10(abs(item))) + 1  # str() refuses past 4300 digits
+                return path, f"an integer of {digits} digits is out of range", "json_number"
             continue
         if isinstance(item, float):
             if not math.isfinite(item):

@@ -79,7 +79,10 @@ def _no_tasks(result: Any) -> bool:
 PROBES = [
     # The defects of issue 21: each answered -32603 with Python's words, or was accepted.
     Probe("a 5,000-digit id", raw('{"id": "x"}', method="GetTask", rid="9" * 5000),
-          -32700, "5000 digits"),
+          -32700, "digits is out of range"),
+    Probe("a 400-digit integer in a data part", raw(message_json('{"order_id": 1' + "0" * 399
+                                                                 + "}")),
+          -32700, "400 digits"),
     Probe("1e999 in a data part", raw(message_json('{"order_id": 1e999}')), -32700, "1e999"),
     Probe("NaN in a data part", raw(message_json('{"order_id": NaN}')), -32700, "NaN"),
     Probe("Infinity as the id", raw('{"id": "x"}', method="GetTask", rid="Infinity"),

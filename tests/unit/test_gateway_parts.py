@@ -197,7 +197,8 @@ def test_any_other_reach_error_is_an_internal_error_with_an_error_id_and_no_inte
 def test_a_reply_that_is_not_json_makes_no_parts_but_a_codec_error() -> None:
     for bad, rule in (({"v": float("nan")}, "json_number"), ({"v": [float("-inf")]},
                                                             "json_number"),
-                      ({"v": b"bytes"}, "json_type"), ({"v": 10 ** 400}, "json_number")):
+                      ({"v": b"bytes"}, "json_type"), ({"v": 10 ** 400}, "json_number"),
+                      ({"v": 10 ** 5000}, "json_number")):
         with pytest.raises(CodecError, match="not JSON") as caught:
             reply_parts(bad, "shop.status@1.0")
         assert caught.value.details["rule"] == rule
