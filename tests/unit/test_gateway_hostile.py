@@ -455,3 +455,17 @@ def test_a_reply_nested_deeper_than_a_task_can_hold_fails_the_task_readably() ->
         await _still_readable(client, fits["id"])
 
     on_meter(scenario)
+
+
+def test_no_card_is_served_for_a_process_of_reach_or_a_path_trick() -> None:
+    async def scenario(fake: FakeCluster, client: httpx.AsyncClient) -> None:
+        processes = fake.names("reach.")
+        assert "reach.registry" in processes
+        for agent_id in [*processes, "%2e%2e", "orders-1%00", "x" * 10_000]:
+            card = await client.get(f"/agents/{agent_id}/.well-known/agent-card.json")
+            assert card.status_code == 404, agent_id
+            assert card.json()["error"] == "not_found"
+        assert (await client.get("/agents/orders-1/.well-known/agent-card.json")).json()[
+            "name"] == "orders-1"
+
+    on_gateway(scenario, auth=False)
