@@ -40,6 +40,7 @@ from reach.gateway.channel_server import REFUSAL
 from reach.gateway.options import GatewayOptions
 from reach.remote.wire import (
     CONNECT_PATH,
+    DEFAULT_MAX_BATCH,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FRAME_BYTES,
     WIRE_VERSION,
@@ -72,6 +73,7 @@ class ChannelOptions:
         max_depth: Levels of objects and arrays an envelope may nest, itself the first
             (deeper: that envelope is refused with an ``error`` frame); and any other frame
             (deeper: close 4400).
+        max_batch: Most envelopes a ``batch`` frame may carry (more: close 4413).
         hello_timeout_s: Time allowed for the hello after the socket opens; then close 4408.
         heartbeat_s: Interval the welcome asks agents to heartbeat at (keeps NATs open).
         goodbye_linger_s: Time the replica waits, after goodbye, for the agent to close.
@@ -84,6 +86,7 @@ class ChannelOptions:
 
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_depth: int = DEFAULT_MAX_DEPTH
+    max_batch: int = DEFAULT_MAX_BATCH
     hello_timeout_s: float = 10.0
     heartbeat_s: float = 15.0
     goodbye_linger_s: float = 1.0
@@ -94,6 +97,8 @@ class ChannelOptions:
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 1024:
             raise ConfigError(f"max_frame_bytes must be at least 1024, got {self.max_frame_bytes}")
+        if self.max_batch < 1:
+            raise ConfigError(f"max_batch must be at least 1, got {self.max_batch}")
         if self.max_depth < 2:
             raise ConfigError(f"max_depth must be at least 2 (an envelope and its payload), got "
                               f"{self.max_depth}")
@@ -324,7 +329,8 @@ class _Connection:
 
     def _parse(self, text: str | bytes) -> Any:
         try:
-            return parse_frame(text, self.settings.max_frame_bytes, self.settings.max_depth)
+            return parse_frame(text, self.settings.max_frame_bytes, self.settings.max_depth,
+                               self.settings.max_batch)
         except CodecError as exc:
             raise _Closed(refusal(exc)) from exc
 

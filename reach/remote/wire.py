@@ -56,6 +56,11 @@ HELLO_CONTEXT = "reach-hello/1"
 PRINCIPAL_CONTEXT = b"reach/principal/"
 #: Largest frame either side accepts by default (bytes of UTF-8 text).
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
+#: Most envelopes a ``batch`` frame may carry: each refused one costs the gateway an ``error``
+#: frame, so a frame of empty envelopes must not cost it hundreds of thousands. An honest 1 MiB
+#: frame holds a few thousand envelopes (with a ``msg_id``, the smallest valid one takes about
+#: 120 bytes).
+DEFAULT_MAX_BATCH = 10_000
 #: How far a hello's ``ts`` may be from the gateway's clock, either way (seconds).
 HELLO_WINDOW_S = 300.0
 #: Capability routing: a receiver ``cap:<tag>`` goes to the least-loaded online holder of ``tag``.
@@ -292,7 +297,7 @@ Frame = Hello | Heartbeat | Goodbye | Envelopes
 
 
 def parse_frame(text: str | bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                max_depth: int = DEFAULT_MAX_DEPTH) -> Frame:
+                max_depth: int = DEFAULT_MAX_DEPTH, max_batch: int = DEFAULT_MAX_BATCH) -> Frame:
     """Reads one frame an agent sent.
 
     An envelope of an ``envelope`` or ``batch`` frame that nests more than ``max_depth`` levels
@@ -300,7 +305,8 @@ def parse_frame(text: str | bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     frame: it is set apart in :attr:`Envelopes.refused`, and the others go on.
 
     Raises:
-        CodecError: the frame is binary or too large (``details["close"]`` 4413), not UTF-8, not
+        CodecError: the frame is binary, too large or a batch of more than ``max_batch``
+            envelopes (``details["close"]`` 4413), not UTF-8, not
             JSON, nested too deep, holds NaN or Infinity outside its envelopes, is not an object,
             of an unknown type or lacks a field (4400), or a hello asks for another wire version
             (4426). ``details["rule"]`` names the problem.
@@ -310,7 +316,7 @@ def parse_frame(text: str | bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     frame, kind = raw[0], raw[0].get("type")
     try:
         if kind in (FrameType.ENVELOPE, FrameType.BATCH):
-            return _envelopes(frame, kind, max_depth, strings)
+            return _envelopes(frame, kind, max_depth, strings, max_batch)
         _check(strict.flaw(frame, max_depth, strings))
         if kind == FrameType.HELLO:
             hello = Hello.model_validate(frame)
@@ -353,7 +359,8 @@ def _load(text: str | bytes, max_bytes: int, max_depth: int) -> tuple[dict[str, 
     return raw, text
 
 
-def _envelopes(frame: dict[str, Any], kind: str, max_depth: int, strings: bool) -> Envelopes:
+def _envelopes(frame: dict[str, Any], kind: str, max_depth: int, strings: bool,
+               max_batch: int) -> Envelopes:
     key = "envelope" if kind == FrameType.ENVELOPE else "envelopes"
     rest = {k: v for k, v in frame.items() if k != key}
     _check(strict.flaw(rest, max_depth, strings))
@@ -363,6 +370,9 @@ def _envelopes(frame: dict[str, Any], kind: str, max_depth: int, strings: bool) 
     many = [given] if kind == FrameType.ENVELOPE else given
     if not isinstance(many, list) or not all(isinstance(e, dict) for e in many):
         raise _bad("batch", "a batch frame carries a list of objects in 'envelopes'")
+    if len(many) > max_batch:
+        raise _bad("batch_size", f"a batch of {len(many)} envelopes exceeds the limit of "
+                   f"{max_batch}", CloseCode.TOO_LARGE, size=len(many), limit=max_batch)
     good: list[dict[str, Any]] = []
     refused: list[RefusedItem] = []
     for item in many:
@@ -546,7 +556,7 @@ if __name__ == "__main__":  # pragma: no cover - the generator of the committed 
 
 
 __all__ = [
-    "Attached", "CAPABILITY_PREFIX", "CONNECT_PATH", "DEFAULT_MAX_DEPTH",
+    "Attached", "CAPABILITY_PREFIX", "CONNECT_PATH", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_FRAME_BYTES", "FINAL_CODES", "HELLO_CONTEXT", "HELLO_WINDOW_S",
     "PRINCIPAL_CONTEXT", "WIRE_VERSION", "CloseCode", "Declaration", "Envelopes", "Frame",
     "FrameType", "Goodbye", "HandlerDoc", "Heartbeat", "Hello", "RefusedItem", "WireRefusal",

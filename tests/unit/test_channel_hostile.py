@@ -132,6 +132,8 @@ CLOSING: dict[str, tuple[str | None, list[str | bytes], CloseCode, str]] = {
     "overflowing_number": (None, ['{"type":"hello","ts":1e999}'], CloseCode.MALFORMED,
                            "not_json"),
     "not_utf8": (None, [_RAW_SURROGATE], CloseCode.MALFORMED, "utf8"),
+    "too_many_envelopes": (None, ['{"type":"batch","envelopes":[' + ",".join(["{}"] * 1001)
+                                  + "]}"], CloseCode.TOO_LARGE, "batch_size"),
 }
 
 
@@ -153,7 +155,7 @@ def test_a_hostile_frame_closes_its_own_connection_audited_and_harms_no_one(
         audited = {r["outcome"] for r in await gw.audit(HOST)}
         assert f"refused: {reason}" in audited
 
-    on_hostile_channel(scenario, tmp_path)
+    on_hostile_channel(scenario, tmp_path, max_batch=1000)
 
 
 def test_hellos_forged_replayed_stale_or_repeated_are_refused_and_harm_no_one(

@@ -327,3 +327,13 @@ def test_a_declaration_that_is_not_strict_json_is_refused(declaration: str, says
     with pytest.raises(CodecError, match=says) as refused:
         hello.declared()
     assert refused.value.details["rule"] == "declaration"
+
+
+def test_a_batch_of_more_envelopes_than_the_limit_is_refused_as_too_large() -> None:
+    at_limit = parse_frame('{"type":"batch","envelopes":[' + ",".join(["{}"] * 10_000) + "]}")
+    assert isinstance(at_limit, Envelopes)
+    assert len(at_limit.items) == 10_000
+    with pytest.raises(CodecError, match="limit of 10000") as refused:
+        parse_frame('{"type":"batch","envelopes":[' + ",".join(["{}"] * 10_001) + "]}")
+    assert refused.value.details["rule"] == "batch_size"
+    assert refused.value.details["close"] == CloseCode.TOO_LARGE
