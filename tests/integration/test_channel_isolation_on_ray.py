@@ -99,9 +99,8 @@ def channel(rt: Any) -> Iterator[Channel]:
 
 def rss() -> int:
     """This process's resident memory, in bytes (uvicorn serves the channel in it)."""
-    assert ray.is_initialized()
-    import psutil  # the one Ray ships: on the path once ray is imported
-
+    assert ray.is_initialized()  # Ray puts the psutil it ships on the path
+    import psutil  # type: ignore[import-untyped]
 
     return int(psutil.Process().memory_info().rss)
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from remote_sockets import AsgiSocket
-from remote_unit_agents import Add, Sum
+from remote_unit_agents import Add, Calculator, Sum
 from starlette.applications import Starlette
 from test_remote_host import HOST, Gateway
 
@@ -230,7 +230,9 @@ def test_an_envelope_that_cannot_travel_is_refused_alone_and_the_rest_of_its_fra
         assert (error["type"], error["code"], error["msg_id"]) == ("error", "codec_error",
                                                                    "bad-1")
         assert says in error["message"]
-        await eventually(lambda: _true(runner.agent.runs >= 1))  # the good one came through
+        calculator = runner.agent
+        assert isinstance(calculator, Calculator)
+        await eventually(lambda: _true(calculator.runs >= 1))  # the good one came through
         await honest_answers(rt)
         await sock.send('{"type":"heartbeat","ts":7}')  # the connection stays
         assert await sock.recv_json() == {"type": "heartbeat", "ts": 7}
@@ -281,7 +283,9 @@ def test_past_the_depth_check_a_batch_that_fails_to_pickle_is_sent_again_without
             await honest.send(envelope_frame(notification("raw-1", {"a": 3, "b": 3},
                                                           f"honest-{round_}")))
         # every good envelope arrives: 2 of the attacker's and 1 of the honest agent's a round
-        await eventually(lambda: _true(runner.agent.runs >= 15))
+        calculator = runner.agent
+        assert isinstance(calculator, Calculator)
+        await eventually(lambda: _true(calculator.runs >= 15))
         errors = [await attacker.recv_json() for _ in range(5)]
         assert {(e["code"], e["msg_id"]) for e in errors} == {("codec_error", "poison-1")}
         assert "cannot travel into the cluster (RecursionError" in errors[0]["message"]
@@ -341,8 +345,8 @@ def test_a_frame_the_server_refused_is_audited_even_if_serve_cancels_the_channel
                  "query_string": b"", "server": ("gateway", 80), "client": ("agent", 1),
                  "subprotocols": [], "extensions": {REFUSAL: refusal},
                  "headers": [(b"authorization", f"Bearer {gw.token}".encode())]}
-        to_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        from_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        to_app: asyncio.Queue[Any] = asyncio.Queue()
+        from_app: asyncio.Queue[Any] = asyncio.Queue()
         task = asyncio.ensure_future(gw.app(scope, to_app.get, from_app.put))
         await to_app.put({"type": "websocket.connect"})
         assert (await from_app.get())["type"] == "websocket.accept"

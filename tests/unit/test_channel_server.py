@@ -173,7 +173,7 @@ def test_serve_builds_its_replicas_server_from_uvicorns_config_after_the_constru
     assert "uvicorn.Config(" in builder
     assert "ws_max_size" not in builder
     assert "ws=" not in builder
-    assert http_util.uvicorn is uvicorn
+    assert vars(http_util)["uvicorn"] is uvicorn
     init = inspect.getsource(replica.Replica.initialize)
     assert init.index("initialize_callable()") < init.index("self._on_initialized()")
     started = inspect.getsource(replica.Replica._on_initialized)
