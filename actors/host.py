@@ -17,7 +17,7 @@ from actors._mem import rss_bytes
 from policies.acl import Acl
 from reach._runtime.directory import Directory
 from reach._runtime.metrics import messages, metrics
-from reach._runtime.names import is_endpoint
+from reach._runtime.names import check_agent_ids, is_endpoint
 from reach._runtime.runner import AgentRunner, ReplySink
 from reach._runtime.transport import Transport
 from reach.agent import Agent, HandlerSpec, reads_text
@@ -28,7 +28,6 @@ from reach.errors import (
     AgentNotFound,
     AuthError,
     CodecError,
-    ConfigError,
     ReachError,
     TaskCancelled,
 )
@@ -101,11 +100,7 @@ class AgentHost:
             ConfigError: an ID uses a prefix reserved for reach's own processes.
             Exception: whatever an agent's constructor or on_start raised.
         """
-        reserved = [i for i in agent_ids if is_endpoint(i)]
-        if reserved:  # those names are reach's own processes: an agent may not sign as one
-            raise ConfigError(f"agent ID {reserved[0]!r} uses a prefix reserved for reach's "
-                              "drivers, hosts, supervisors and session store",
-                              details={"setting": "agent_id", "agent_id": reserved[0]})
+        check_agent_ids(*agent_ids)  # reach's own names: an agent may not sign as one of them
         taken = [i for i in agent_ids if i in self.runners or i in self._adding]
         if taken:
             raise AgentAlreadyExists(f"agent {taken[0]!r} is already live on host {self.name}",

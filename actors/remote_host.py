@@ -5,8 +5,9 @@ is an :class:`~actors.host.AgentHost` whose agents live elsewhere. It registers 
 itself), heartbeats their loads, admits callers by the ACL, audits, and is watched like any host.
 What it adds:
 
-- ``attach`` verifies a hello (signature from the keyring, time window, nonce never seen) and
-  registers the agent, or, when the agent comes back within its grace period, restarts it: epoch
+- ``attach`` verifies a hello (an ID not reserved for reach, signature from the keyring, time
+  window, nonce never seen) and registers
+  the agent, or, when the agent comes back within its grace period, restarts it: epoch
   + 1, and the requests it had taken and not answered are queued again (``resend``) or failed
   (``cancel``), as its declared pending policy says;
 - ``deliver`` queues envelopes for an agent (a bounded queue each: past it, a request's sender
@@ -34,7 +35,7 @@ from policies.discovery import pick_least_loaded
 from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
 from reach import clock
-from reach._runtime.names import REMOTE_PREFIX, is_endpoint
+from reach._runtime.names import REMOTE_PREFIX, reserved_prefix
 from reach._runtime.runner import ReplySink, refuse
 from reach.agent import Agent, reads_text
 from reach.client import Client
@@ -368,10 +369,11 @@ class RemoteHost(AgentHost):
 
     def _check(self, hello: Hello) -> WireRefusal | None:
         """Why a hello is refused before its agent is looked at, or None."""
-        if is_endpoint(hello.agent_id):
+        prefix = reserved_prefix(hello.agent_id)
+        if prefix is not None:
             return WireRefusal(code=CloseCode.MALFORMED, reason="reserved_id",
-                               message=f"{hello.agent_id!r} uses a prefix reserved for reach's "
-                                       "own processes")
+                               message=f"{hello.agent_id!r} uses the prefix {prefix!r}, "
+                                       "reserved for reach's own processes")
         guard = self.transport.codec.guard
         if guard is None:  # signing off: a trusted deployment, hellos are not checked
             return None

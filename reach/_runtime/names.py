@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from reach.errors import ConfigError
+
 #: The Ray namespace of every reach actor.
 NAMESPACE = "reach"
 #: The registry (one per cluster).
@@ -36,9 +38,44 @@ REMOTE_PREFIX = "reach.remote."
 def is_endpoint(principal: str) -> bool:
     """Whether a sender is one of reach's own processes (a driver, host, supervisor, session
     store or remote agents' host), which sign as themselves and are not agents of the
-    registry."""
+    registry. Which IDs agents may not take is another, wider rule: :func:`is_reserved`."""
     return principal.startswith((DRIVER_PREFIX, SUPERVISOR_PREFIX, DEDICATED_PREFIX, POOL_PREFIX,
                                  STORE_NAME, GATEWAY_PREFIX, REMOTE_PREFIX))
+
+
+#: What no agent may be called (compared without case): every name and principal of reach's own
+#: processes is under one of these (``reach.`` holds the registry, the session store, hosts,
+#: pools, supervisors, inboxes and remote hosts; drivers and the gateway's callers sign as
+#: ``driver:`` and ``a2a:``), and ``cap:`` addresses a capability, on the wire and in the ACL.
+RESERVED_PREFIXES: tuple[str, ...] = (f"{NAMESPACE}.", DRIVER_PREFIX, GATEWAY_PREFIX, "cap:")
+
+
+def reserved_prefix(agent_id: str) -> str | None:
+    """The reserved prefix (of :data:`RESERVED_PREFIXES`) ``agent_id`` starts with, or None."""
+    folded = agent_id.casefold()
+    return next((p for p in RESERVED_PREFIXES if folded.startswith(p)), None)
+
+
+def is_reserved(agent_id: str) -> bool:
+    """Whether an agent may not be called ``agent_id`` (see :data:`RESERVED_PREFIXES`)."""
+    return reserved_prefix(agent_id) is not None
+
+
+def check_agent_ids(*agent_ids: str) -> None:
+    """Refuses agent IDs reserved for reach's own processes: the one rule every entry that
+    names an agent applies (spawn, a remote agent's hello, an A2A proxy, virtual agents).
+
+    Raises:
+        ConfigError: an ID starts with a reserved prefix (``details``: the first such
+            ``agent_id`` and its ``prefix``).
+    """
+    for agent_id in agent_ids:
+        prefix = reserved_prefix(agent_id)
+        if prefix is not None:
+            raise ConfigError(f"agent ID {agent_id!r} uses the prefix {prefix!r}, reserved for "
+                              "reach's own processes", suggestion="choose another agent ID",
+                              details={"setting": "agent_id", "agent_id": agent_id,
+                                       "prefix": prefix})
 
 
 def supervisor_name(name: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Collection, Sequence
 from typing import Any, TypeVar
 
 from policies.discovery import Candidate, pick_least_loaded
-from reach._runtime.names import DEDICATED_PREFIX, POOL_PREFIX
+from reach._runtime.names import DEDICATED_PREFIX, POOL_PREFIX, check_agent_ids
 from reach.agent import Agent, Dedicated, Packed, Placement
 from reach.cluster import CallLimits, Cluster, HostPort, HostShape
 from reach.errors import AgentUnavailable
@@ -83,10 +83,12 @@ class Spawner:
 
         Raises:
             AgentAlreadyExists: an ID is live.
+            ConfigError: an ID uses a prefix reserved for reach's own processes.
             AgentUnavailable: a dedicated placement requires resources no live node has (also
                 when the last node that had them dies while the host waits to be placed).
             Exception: what an agent's constructor or ``on_start`` raised.
         """
+        check_agent_ids(*agent_ids)  # before a host is started for them (hosts check too)
         demand: dict[str, float] = {}
         if isinstance(placement, Packed):
             moved = (await self._move_in_pool(cls, agent_ids[0], placement, gone, args=args,

@@ -46,6 +46,7 @@ from a2a.types.a2a_pb2 import AgentCard, GetTaskRequest, SendMessageRequest
 
 from policies.backoff import poll_delay
 from policies.supervision import RestartType
+from reach._runtime.names import check_agent_ids
 from reach.agent import Agent, Packed, Placement, Text, handler
 from reach.context import Context
 from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
@@ -320,9 +321,12 @@ async def proxy_spec(url_or_card: str | AgentCard | Mapping[str, Any], *,
 
     Raises:
         ConfigError: the card offers no interface the proxy speaks, or no skill to make a
-            capability of (and no ``capabilities=`` is given), or a probe setting is invalid.
+            capability of (and no ``capabilities=`` is given), or a probe setting is invalid,
+            or ``agent_id`` uses a prefix reserved for reach's own processes.
         AgentUnavailable, AgentNotFound, AuthError, ProtocolError: as :func:`read_card`.
     """
+    if agent_id is not None:  # before the card is read (a name from a card is never reserved)
+        check_agent_ids(agent_id)
     card, card_url = await read_card(url_or_card, headers=headers)
     check_card(card)
     config = ProxyConfig(
@@ -359,7 +363,8 @@ async def connect(runtime: Runtime, url_or_card: str | AgentCard | Mapping[str, 
     Raises:
         AgentAlreadyExists: an agent with that ID is live.
         ConfigError: the card offers no interface the proxy speaks, or no skill to make a
-            capability of (and no ``capabilities=`` is given), or a probe setting is invalid.
+            capability of (and no ``capabilities=`` is given), or a probe setting is invalid,
+            or ``agent_id`` uses a prefix reserved for reach's own processes.
         AgentUnavailable, AgentNotFound, AuthError, ProtocolError: as :func:`read_card`.
     """
     spec = await proxy_spec(url_or_card, agent_id=agent_id, token=token, headers=headers,
