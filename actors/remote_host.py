@@ -14,8 +14,10 @@ What it adds:
   gets a retryable AgentUnavailable at once); while the agent is disconnected they wait in the
   queue, so a caller waits for it up to its deadline, as for a restarting agent;
 - ``take`` (a long poll by the replica) hands over what is queued, as one frame's text;
-- ``put`` sends what the agent sent into reach: its replies to the requests' senders, its own
-  requests and notifications to their receivers (by ID, or ``cap:<tag>`` by capability);
+- ``put`` sends what the agent sent into reach: its replies to the requests' senders (each
+  checked against the handler its hello declared, see :mod:`actors.remote_replies`: a reply
+  that does not match is refused to the agent and its caller gets the fatal error instead), its
+  own requests and notifications to their receivers (by ID, or ``cap:<tag>`` by capability);
 - ``detach`` starts the grace period (or, after goodbye, ends the agent at once); when the period
   passes, the agent leaves as a death: its watchers (supervisors) see an abnormal exit, and the
   requests still waiting for it fail, retryable.
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from actors.host import AgentHost
+from actors.remote_replies import check_reply
 from policies.discovery import pick_least_loaded
 from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
@@ -525,6 +528,12 @@ class RemoteHost(AgentHost):
             errors.append(_error_frame(env.msg_id, "unknown_request",
                                        f"no open request {request_id!r} (answered, cancelled "
                                        "or timed out)"))
+            return
+        try:
+            check_reply(runner.agent.declaration, asked.env, env)
+        except ReachError as exc:  # the agent's fault: it hears why, its caller gets the error
+            errors.append(_error_frame(env.msg_id, exc.code, exc.message))
+            runner.fail([asked], exc)  # ends the request (a stream too), audited
             return
         if final and self._audit is not None:
             info = env.error_info
