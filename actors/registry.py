@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import os
 import time
 from collections import deque
@@ -21,15 +22,21 @@ from policies.discovery import Candidate, close_matches, find_holders, match_kin
 from policies.routing import heartbeat_expired, next_epoch
 from reach import clock
 from reach._runtime.metrics import metrics
-from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, SUPERVISOR_PREFIX
+from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, REMOTE_PREFIX, SUPERVISOR_PREFIX
 from reach.cluster import Cluster
-from reach.errors import AgentAlreadyExists, AuthError
+from reach.errors import AgentAlreadyExists, AgentUnavailable, AuthError
 from reach.records import AgentRecord, AgentStatus, DeadLetter
 from reach.security.guard import acl_from_doc, open_call
 from reach.security.trail import AuditTrail
 
 ONLINE, OFFLINE = AgentStatus.ONLINE, AgentStatus.OFFLINE
 RECOVERING, RESTARTING = AgentStatus.RECOVERING, AgentStatus.RESTARTING
+
+#: Hello nonces held at most, each until it expires (about 21 MB; with the default 300 s window,
+#: so 600 s each, room for some 160 hellos a second without pause).
+NONCE_LIMIT = 100_000
+#: The longest a nonce is held, whatever its caller asks (seconds).
+NONCE_TTL_MAX_S = 3600.0
 
 
 class Registry:
@@ -67,6 +74,11 @@ class Registry:
         self.spares_: dict[str, tuple[str, str]] = {}
         # Lookups waiting for an agent's record to change (its new incarnation registering).
         self._changes: dict[str, asyncio.Event] = {}
+        # Hello nonces claimed: nonce -> expiry (wall clock); the heap orders them by expiry.
+        # Invariant: the heap holds exactly the items of nonces.
+        self.nonces: dict[str, float] = {}
+        self._nonce_expiry: list[tuple[float, str]] = []
+        self.nonce_limit = NONCE_LIMIT
 
     def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
         """The arguments of a call signed by ``host``; a refusal is audited and raised."""
@@ -223,6 +235,42 @@ class Registry:
         taken = (here or fits)[0]
         del self.spares_[taken]
         return taken
+
+    async def claim_nonce(self, principal: str, data: bytes, sig: Any) -> bool:
+        """Claims a remote agent's hello nonce for every gateway replica at once (``data``:
+        ``[nonce, expires_at]``, signed by a remote agents' host; ``expires_at`` on the wall
+        clock, at most :data:`NONCE_TTL_MAX_S` away). True the first time, False for a nonce
+        held already: a replayed hello.
+
+        Nonces are dropped once expired, and at most ``nonce_limit`` are held. They are lost
+        when the registry restarts: from then on the hello's time window alone bounds a replay.
+
+        Raises:
+            AuthError: the signature does not verify, or the signer is not a remote host.
+            AgentUnavailable: ``nonce_limit`` nonces are held and none has expired
+                (``details["reason"]``: ``nonce_limit``); retryable, as they expire.
+        """
+        nonce, expires_at = self._open(principal, data, sig, "claim_nonce")
+        if not principal.startswith(REMOTE_PREFIX):
+            raise AuthError(f"only a remote agents' host may claim hello nonces, not "
+                            f"{principal!r}", details={"reason": "not_a_remote_host",
+                                                       "principal": principal})
+        now = clock.now()
+        while self._nonce_expiry and self._nonce_expiry[0][0] <= now:
+            _, old = heapq.heappop(self._nonce_expiry)
+            del self.nonces[old]
+        if str(nonce) in self.nonces:
+            return False
+        if len(self.nonces) >= self.nonce_limit:
+            metrics.count("reach_auth_refusals", 1, "nonce_limit")
+            raise AgentUnavailable(
+                f"the registry holds {len(self.nonces)} hello nonces, its limit: too many hellos "
+                "within their time window", suggestion="connect again later",
+                details={"reason": "nonce_limit", "limit": self.nonce_limit})
+        until = min(float(expires_at), now + NONCE_TTL_MAX_S)
+        self.nonces[str(nonce)] = until
+        heapq.heappush(self._nonce_expiry, (until, str(nonce)))
+        return True
 
     async def spares(self) -> dict[str, list[str]]:
         """The spares offered, as ``{"<node> <shape>": [host names]}``."""
@@ -411,4 +459,5 @@ class Registry:
                 "tags": len(self.by_tag),
                 "hosts": len(self.last_seen), "rss_bytes": rss_bytes(),
                 "refused": self.refused, "signed": self.guard is not None,
+                "nonces": len(self.nonces),
                 "dead_letters": len(self.dead_letters_)}

@@ -6,7 +6,7 @@ itself), heartbeats their loads, admits callers by the ACL, audits, and is watch
 What it adds:
 
 - ``attach`` verifies a hello (an ID not reserved for reach, signature from the keyring, time
-  window, nonce never seen) and registers
+  window, a nonce never seen by any replica: the registry claims it, see below) and registers
   the agent, or, when the agent comes back within its grace period, restarts it: epoch
   + 1, and the requests it had taken and not answered are queued again (``resend``) or failed
   (``cancel``), as its declared pending policy says;
@@ -21,6 +21,13 @@ What it adds:
 - ``detach`` starts the grace period (or, after goodbye, ends the agent at once); when the period
   passes, the agent leaves as a death: its watchers (supervisors) see an abnormal exit, and the
   requests still waiting for it fail, retryable.
+
+Hello nonces are claimed in the registry (``claim_nonce``, one call per hello), so a hello seen
+by one replica is refused by every other. The registry forgets them when it restarts: a hello
+first used before that may then be replayed once more, but only within its time window (a
+hello's ``ts`` is at most the window from the clock that checks it), and only while no agent is
+online under its ID. When the registry cannot be asked, or holds as many nonces as it may, a
+hello is refused with 4503 (the agent reconnects later, with a new nonce).
 """
 
 from __future__ import annotations
@@ -268,7 +275,6 @@ class RemoteHost(AgentHost):
         self.grace_s = grace_s
         self.queue_limit = queue_limit
         self.runners: dict[str, RemoteRunner] = {}  # type: ignore[assignment]
-        self._nonces: dict[str, float] = {}
         self._outgoing: set[asyncio.Task[None]] = set()
         # Set whenever a runner has something to take, a connection ends, or the replica
         # pokes the poll (its set of ready connections grew).
@@ -290,7 +296,7 @@ class RemoteHost(AgentHost):
 
     async def attach(self, hello: Hello, principal: str) -> Attached | WireRefusal:
         """See :meth:`reach.cluster.RemoteHostPort.attach`."""
-        refused = self._check(hello)
+        refused = await self._check(hello)
         if refused is None:
             try:
                 declared = hello.declared()
@@ -370,7 +376,7 @@ class RemoteHost(AgentHost):
         await self._leave([agent_id], 0.0, False, f"reconnected through {to}", deregister=False)
         return handed
 
-    def _check(self, hello: Hello) -> WireRefusal | None:
+    async def _check(self, hello: Hello) -> WireRefusal | None:
         """Why a hello is refused before its agent is looked at, or None."""
         prefix = reserved_prefix(hello.agent_id)
         if prefix is not None:
@@ -385,12 +391,17 @@ class RemoteHost(AgentHost):
                                 guard.config.window_s)
         if refused is not None:
             return refused
-        if len(self._nonces) > 10_000:  # nonces older than the window are refused by it anyway
-            self._nonces = {n: t for n, t in self._nonces.items() if t > now}
-        if self._nonces.get(hello.nonce, 0.0) > now:
+        # Past this, the window refuses the hello anyway, whichever replica's clock checks it.
+        expires_at = now + 2 * max(guard.config.window_s, HELLO_WINDOW_S)
+        try:
+            fresh = await self._registry_call("claim_nonce", [hello.nonce, expires_at])
+        except ReachError as exc:  # unchecked is refused: a replay must not pass an outage
+            return WireRefusal(code=CloseCode.UNAVAILABLE,
+                               reason=str(exc.details.get("reason") or "registry_unavailable"),
+                               message=f"the hello's nonce could not be checked: {exc.message}")
+        if not fresh:
             return WireRefusal(code=CloseCode.BAD_SIGNATURE, reason="replayed_nonce",
                                message=f"the hello of {hello.agent_id!r} was replayed")
-        self._nonces[hello.nonce] = now + 2 * max(guard.config.window_s, HELLO_WINDOW_S)
         return None
 
     def _taken(self, principal: str, agent_id: str, why: str) -> WireRefusal:

@@ -209,6 +209,12 @@ class RegistryPort(Protocol):
         its name, or None."""
         ...
 
+    def claim_nonce(self, principal: str, data: bytes, sig: Any) -> Awaitable[bool]:
+        """Claims a hello nonce for every gateway replica (signed ``[nonce, expires_at]`` by a
+        remote agents' host): True the first time, False when it is held already (a replay);
+        AgentUnavailable (``nonce_limit``) when the registry holds as many as it may."""
+        ...
+
     def spares(self) -> Awaitable[dict[str, list[str]]]:
         """The spares offered, as ``{"<node> <shape>": [host names]}``."""
         ...
