@@ -19,6 +19,8 @@ well-behaved agent; any other answer to it is held only to the payload check.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from reach._runtime.runner import ACK_SCHEMA
 from reach._runtime.transport import STREAM_END_SCHEMA
 from reach.errors import ProtocolError, SchemaIncompatible, UnknownSchema
@@ -30,10 +32,10 @@ from reach.schemas import SchemaRef, schema_registry
 def handler_doc(declaration: Declaration, schema: str) -> HandlerDoc | None:
     """The declared handler that reads payloads of ``schema`` (same name and major), or None
     (also for a declared schema that is not a schema reference: it reads nothing)."""
-    want = SchemaRef.parse(schema)
+    want = _ref(schema)
     for doc in declaration.handlers:
         try:
-            got = SchemaRef.parse(doc.schema_ref)
+            got = _ref(doc.schema_ref)
         except ProtocolError:
             continue
         if (got.name, got.major) == (want.name, want.major):
@@ -83,8 +85,14 @@ def _allowed(doc: HandlerDoc, kind: MsgType) -> list[str]:
 
 
 def _same(schema: str, allowed: str) -> bool:
-    got, want = SchemaRef.parse(schema), SchemaRef.parse(allowed)
+    got, want = _ref(schema), _ref(allowed)
     return (got.name, got.major) == (want.name, want.major)
+
+
+@lru_cache(maxsize=4096)
+def _ref(ref: str) -> SchemaRef:
+    """A parsed schema reference (every reply is checked: parse each one once)."""
+    return SchemaRef.parse(ref)
 
 
 def _validate(reply: Envelope, declared: str | None) -> None:
