@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from reach.bench import run_benchmark
-from reach.bench.chaos import run  # noqa: F401  (tests/integration/test_chaos.py calls it)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
-
-import chaos  # the bench folder is not a package: imported from its path
+from reach.bench import chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
