@@ -32,16 +32,18 @@ from reach.agent import Agent, HandlerSpec
 from reach.errors import (
     AgentUnavailable,
     AuthError,
+    CodecError,
     HandlerError,
     ProtocolError,
     ReachError,
     RequestTimeout,
     TaskCancelled,
 )
-from reach.protocol import Envelope, MsgType
+from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.remote.wire import (
     CAPABILITY_PREFIX,
     CONNECT_PATH,
+    DEFAULT_MAX_FRAME_BYTES,
     FINAL_CODES,
     CloseCode,
     Declaration,
@@ -119,6 +121,8 @@ class RemoteAgentRunner:
         self.secret = secret
         self.clock = clock
         self.epoch = 0
+        # The largest frame the gateway takes (its welcome says): batches are split to fit.
+        self.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
         self.conn: Connection | None = None
         self._outbox: list[dict[str, Any]] = []
         self._connected = asyncio.Event()
@@ -152,6 +156,7 @@ class RemoteAgentRunner:
             await conn.close(int(CloseCode.MALFORMED), "expected welcome")
             return CloseCode.MALFORMED
         self.epoch = int(welcome.get("epoch", 0))
+        self.max_frame_bytes = int(welcome.get("max_frame_bytes") or DEFAULT_MAX_FRAME_BYTES)
         log.info("%s connected (epoch %d%s)", self.agent_id, self.epoch,
                  ", restarted" if welcome.get("restarted") else "")
         self.conn = conn
@@ -197,18 +202,50 @@ class RemoteAgentRunner:
     async def _write(self) -> None:
         while self._outbox and self.conn is not None:
             items, self._outbox = self._outbox, []
-            text, bad = safe_envelopes_frame(items)
-            for item in bad:
-                log.error("%s dropped %s: its payload has no JSON form", self.agent_id,
-                          item.get("msg_id"))
-            if text is None:
-                continue
-            try:
-                await self.conn.send(text)
-            except ConnectionEnded:
-                self._outbox[:0] = items  # for the next connection
-                return
+            frames = self._frames(items)
+            for index, (text, _) in enumerate(frames):
+                try:
+                    await self.conn.send(text)
+                except ConnectionEnded:  # what has not left goes on the next connection
+                    self._outbox[:0] = [i for _, part in frames[index:] for i in part]
+                    return
             await asyncio.sleep(0)  # let replies ready now join the next frame
+
+    def _frames(self, items: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The items as frames within the gateway's frame limit (each with the items it holds);
+        an item with no JSON form, or too large for any frame, is refused for its own sender."""
+        text, bad = safe_envelopes_frame(items)
+        for item in bad:
+            self._refuse_own(item, "its payload has no strict JSON form (bytes, a date, a NaN, "
+                                   "an infinity...)")
+        if text is None:
+            return []
+        good = [i for i in items if not any(i is b for b in bad)] if bad else items
+        if len(text) <= self.max_frame_bytes // 4 or (
+                len(text.encode("utf-8")) <= self.max_frame_bytes):
+            return [(text, good)]
+        if len(good) == 1:
+            self._refuse_own(good[0], f"it is larger than the gateway's {self.max_frame_bytes} "
+                                      "byte frame limit")
+            return []
+        half = len(good) // 2
+        return self._frames(good[:half]) + self._frames(good[half:])
+
+    def _refuse_own(self, item: dict[str, Any], why: str) -> None:
+        """An envelope of this agent's that cannot leave: a request it waits on fails at once
+        with a CodecError (not at its deadline); anything else is logged."""
+        msg_id = str(item.get("msg_id"))
+        error = CodecError(f"{self.agent_id} could not send {msg_id}: {why}",
+                           details={"rule": "unsendable", "msg_id": msg_id})
+        waiting = self._waiting.pop(msg_id, None)
+        if isinstance(waiting, asyncio.Future) and not waiting.done():
+            waiting.set_exception(error)
+        elif isinstance(waiting, asyncio.Queue):
+            waiting.put_nowait(Envelope(
+                msg_type=MsgType.ERROR, sender=self.agent_id, receiver=self.agent_id,
+                request_id=msg_id, payload_schema=ERROR_SCHEMA, error_info=error.to_info()))
+        else:
+            log.error("%s dropped %s: %s", self.agent_id, msg_id, why)
 
     # -- receiving -------------------------------------------------------------------------------
 

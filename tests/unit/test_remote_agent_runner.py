@@ -1,5 +1,5 @@
-"""A remote agent's own process obeys a cancel only from the request's sender (reach's host sends
-its cancels as that sender): another agent naming the request ID changes nothing."""
+"""A remote agent's own process: it obeys a cancel only from the request's sender (reach's host
+sends its cancels as that sender), and it sends within the gateway's frame limit."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 import reach
+from reach.errors import CodecError
 from reach.protocol import Envelope, MsgType
 from reach.remote.client import ConnectionEnded, RemoteAgentRunner
 from reach.remote.wire import FrameType, envelope_json
@@ -94,5 +96,34 @@ async def test_a_remote_agent_ignores_a_cancel_from_one_who_did_not_send_the_req
         assert answered["payload"] == {"tag": "one"}
     finally:
         RELEASE.set()
+        await sock.close()
+        await asyncio.wait_for(serving, 10)
+
+
+async def test_a_remote_agents_batches_are_split_to_the_gateways_frame_limit() -> None:
+    sock = ScriptedSocket()
+    runner = RemoteAgentRunner(Holder(), "holder-1", None)
+    serving = asyncio.ensure_future(runner.run(sock))
+    try:
+        await asyncio.wait_for(sock.sent.get(), 10)  # the hello
+        sock.incoming.put_nowait(json.dumps({"type": FrameType.WELCOME.value, "epoch": 1,
+                                             "max_frame_bytes": 2048}))
+        notes = [Envelope.notification("holder-1", "peer-1", {"text": f"{i:03d}" + "x" * 200},
+                                       "rcancel.note@1.0") for i in range(30)]
+        for note in notes:
+            runner.send(note)
+        big = Envelope.request("holder-1", "peer-1", {"text": "y" * 4000}, "rcancel.note@1.0",
+                               timeout_ms=60_000)
+        with pytest.raises(CodecError, match="frame limit"):
+            await asyncio.wait_for(runner.call(big), 10)  # at once, not at its deadline
+        got: list[str] = []
+        while len(got) < len(notes):
+            frame = await asyncio.wait_for(sock.sent.get(), 10)
+            assert len(json.dumps(frame).encode()) <= 2048
+            items = frame["envelopes"] if frame["type"] == FrameType.BATCH.value else [
+                frame["envelope"]]
+            got.extend(i["msg_id"] for i in items)
+        assert got == [n.msg_id for n in notes]  # every one, in order
+    finally:
         await sock.close()
         await asyncio.wait_for(serving, 10)
