@@ -396,8 +396,9 @@ class RemoteHost(AgentHost):
         try:
             fresh = await self._registry_call("claim_nonce", [hello.nonce, expires_at])
         except ReachError as exc:  # unchecked is refused: a replay must not pass an outage
+            full = exc.details.get("reason") == "nonce_limit"
             return WireRefusal(code=CloseCode.UNAVAILABLE,
-                               reason=str(exc.details.get("reason") or "registry_unavailable"),
+                               reason="nonce_limit" if full else "registry_unavailable",
                                message=f"the hello's nonce could not be checked: {exc.message}")
         if not fresh:
             return WireRefusal(code=CloseCode.BAD_SIGNATURE, reason="replayed_nonce",
