@@ -15,6 +15,7 @@ Every error reach raises is a :class:`ReachError`. Names say the cause::
     ├── AgentAlreadyExists       an agent with that ID is already live
     ├── NoCapableAgent           no online agent holds the capability
     ├── AgentUnavailable         the agent's host is dead or unreachable (retryable)
+    │   └── ConnectionEnded      a remote agent's own socket to the gateway closed
     ├── RequestTimeout           the deadline passed before a reply came (retryable)
     ├── RestartLimitExceeded     a supervisor gave up: restart intensity exceeded
     ├── InvalidTransition        a task state change the state machine does not allow
@@ -247,6 +248,13 @@ class AgentUnavailable(ReachError):
     default_severity = Severity.RETRYABLE
 
 
+class ConnectionEnded(AgentUnavailable):
+    """A remote agent's socket to the gateway closed (seen by the agent's own process):
+    ``details["close"]`` is the close code, ``details["reason"]`` why."""
+
+    code = "connection_ended"
+
+
 class RequestTimeout(ReachError):
     """The request's deadline passed before a reply came."""
 
@@ -322,6 +330,7 @@ __all__ = [
     "AgentUnavailable",
     "AuthError",
     "CodecError",
+    "ConnectionEnded",
     "Detail",
     "ErrorInfo",
     "HandlerError",

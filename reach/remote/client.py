@@ -30,9 +30,9 @@ from pydantic import BaseModel
 
 from reach.agent import Agent, HandlerSpec
 from reach.errors import (
-    AgentUnavailable,
     AuthError,
     CodecError,
+    ConnectionEnded,
     HandlerError,
     ProtocolError,
     ReachError,
@@ -84,12 +84,6 @@ class Connection(Protocol):
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Closes the socket."""
         ...
-
-
-class ConnectionEnded(AgentUnavailable):
-    """The connection closed: ``details["close"]`` is the close code, ``details["reason"]`` why."""
-
-    code = "connection_ended"
 
 
 def declaration_of(cls: type[Agent]) -> Declaration:
