@@ -58,7 +58,7 @@ from reach.errors import (
     ReachError,
     RequestTimeout,
 )
-from reach.protocol import Envelope, MsgType
+from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.records import AgentRecord, AgentStatus
 from reach.remote.wire import (
     CAPABILITY_PREFIX,
@@ -467,20 +467,34 @@ class RemoteHost(AgentHost):
             await self._signal.wait()
 
     def _frame(self, runner: RemoteRunner, items: list[dict[str, Any]]) -> str | None:
-        """The frame of what was taken; a request whose payload has no JSON form is answered
-        with a CodecError (fatal) instead, anything else without one is dropped and logged."""
+        """The frame of what was taken. An envelope whose payload has no JSON form does not
+        travel: a request is answered with a CodecError (fatal) to its caller; a reply to the
+        agent's own request goes as that error instead (its call fails now, not at its
+        deadline); anything else is dropped and logged."""
         if not items:
             return None
         text, bad = safe_envelopes_frame(items)
+        if not bad:
+            return text
+        instead: list[dict[str, Any]] = []
         for item in bad:
             asked = runner.asked.get(item["msg_id"])
             error = CodecError(f"the payload of {item['msg_id']} has no JSON form",
                                details={"rule": "json"})
             if asked is not None:
                 runner.fail([asked], error)
+            elif item.get("request_id") and item.get("msg_type") != MsgType.REQUEST.value:
+                instead.append(envelope_json(Envelope(
+                    msg_type=MsgType.ERROR, sender=str(item.get("sender")),
+                    receiver=runner.agent.id, request_id=str(item["request_id"]),
+                    trace_id=item.get("trace_id"), payload_schema=ERROR_SCHEMA,
+                    error_info=error.to_info())))
             else:
                 log.warning("dropped %s for %s: %s", item["msg_id"], runner.agent.id, error)
-        return text
+        if not instead:
+            return text
+        kept = [i for i in items if not any(i is b for b in bad)]
+        return safe_envelopes_frame(kept + instead)[0]
 
     async def poke(self) -> None:
         """See :meth:`reach.cluster.RemoteHostPort.poke`."""

@@ -321,6 +321,34 @@ def test_a_request_with_no_strict_json_form_fails_for_its_caller_and_the_writer_
     on_hostile_channel(scenario, tmp_path)
 
 
+class Unmeasurable(reach.Agent):
+    """An agent in the cluster whose every answer holds a NaN (which msgpack carries, JSON not)."""
+
+    capabilities = ("hostile.nan",)
+
+    @reach.handler(Measure, returns=Measure)
+    async def measure(self, ctx: reach.Context, m: Measure) -> Measure:
+        return Measure(x=float("nan"))
+
+
+def test_a_reply_with_no_strict_json_form_fails_the_remote_agents_call_at_once(
+        tmp_path: Path) -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Unmeasurable, "nan-1")
+        sock = await attached(gw, "raw-2", "42" * 16)
+        await sock.send(envelope_frame({
+            "msg_id": "7" * 32, "msg_type": "request", "sender": "raw-2", "receiver": "nan-1",
+            "payload": {"x": 1.0}, "payload_schema": "hostile.measure@1.0",
+            "timeout_ms": 600_000}))
+        answer = json.loads(await sock.recv(), parse_constant=_refuse)["envelope"]
+        assert (answer["msg_type"], answer["request_id"]) == ("error", "7" * 32)
+        assert answer["error_info"]["code"] == "codec_error"
+        assert "no JSON form" in answer["error_info"]["reason"]
+
+    on_hostile_channel(scenario, tmp_path)
+
+
 def _refuse(token: str) -> None:
     raise AssertionError(f"the replica wrote {token}")
 
