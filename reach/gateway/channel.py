@@ -165,6 +165,10 @@ class _Connection:
         # What the poll took for this connection (None: the connection is over).
         self.frames: asyncio.Queue[str | None] = asyncio.Queue()
         self.errors: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        # Set while fewer than queue_limit error frames wait: an agent that sends bad envelopes
+        # and does not read its socket is not read any more either (its memory here is bounded).
+        self._room = asyncio.Event()
+        self._room.set()
         self.goodbye = False
 
     async def run(self) -> None:
@@ -271,10 +275,16 @@ class _Connection:
 
     async def _pump_errors(self) -> None:
         while True:
-            await self._send(await self.errors.get())
+            frame = await self.errors.get()
+            if self.errors.qsize() < self.settings.queue_limit:
+                self._room.set()
+            await self._send(frame)
 
     async def _pump_in(self, conn: str) -> None:
         while True:
+            if self.errors.qsize() >= self.settings.queue_limit:
+                self._room.clear()
+                await self._room.wait()
             frame = self._parse(await self._receive())
             if isinstance(frame, Envelopes):
                 for refused in frame.refused:  # the others of the frame go on

@@ -15,9 +15,12 @@ from reach.remote.client import ConnectionEnded
 class AsgiSocket:
     """One client socket to ``app`` (a :class:`reach.remote.client.Connection`)."""
 
-    def __init__(self, app: ASGIApp, path: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, app: ASGIApp, path: str, headers: dict[str, str] | None = None, *,
+                 buffer: int = 0) -> None:
+        # ``buffer``: how many messages the app may send before this side reads them (0: any
+        # number); past it the app's send waits, as a server's does on a peer that reads nothing.
         self._to_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._from_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._from_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=buffer)
         self.closed: tuple[int, str] | None = None
         scope = {"type": "websocket", "asgi": {"version": "3.0"}, "scheme": "ws",
                  "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
@@ -32,6 +35,11 @@ class AsgiSocket:
             raise ConnectionEnded("closed", details={"close": self.closed[0],
                                                     "reason": self.closed[1]})
         await self._to_app.put({"type": "websocket.receive", "text": text})
+
+    @property
+    def unread(self) -> int:
+        """How many messages sent to the app it has not read yet."""
+        return self._to_app.qsize()
 
     async def send_bytes(self, data: bytes) -> None:
         await self._to_app.put({"type": "websocket.receive", "bytes": data})

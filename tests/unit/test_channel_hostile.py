@@ -265,6 +265,30 @@ def test_an_agents_poison_never_takes_another_agents_envelopes_with_it(tmp_path:
     on_hostile_channel(scenario, tmp_path, max_frame_bytes=1 << 16)
 
 
+def test_an_agent_sending_bad_envelopes_that_reads_nothing_is_not_read_either(
+        tmp_path: Path) -> None:
+    """Its error frames wait for it in the replica: at most ``queue_limit`` of them, then the
+    replica stops reading its socket (TCP slows the agent), and goes on once it reads."""
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await gw.connect("calc-1")
+        sock = AsgiSocket(gw.app, CONNECT_PATH, {"authorization": f"Bearer {gw.token}"},
+                          buffer=1)
+        await sock.send(hello(gw, "mute-1", nonce="43" * 16))
+        assert (await sock.recv_json())["type"] == "welcome"
+        bad = envelope_frame(notification("mute-1", {"a": nested(100)}, "deep"))
+        for _ in range(200):
+            await sock.send(bad)
+        await asyncio.sleep(5)  # virtual: time for the replica to read all it would
+        assert sock.unread >= 200 - 10 - 5  # read no more than its queue_limit and a few
+        await honest_answers(rt)  # nobody else waits for it
+        errors = [await sock.recv_json() for _ in range(200)]  # reading lets it go on
+        assert {(e["type"], e["code"]) for e in errors} == {("error", "codec_error")}
+        assert sock.unread == 0
+
+    on_hostile_channel(scenario, tmp_path, queue_limit=10)
+
+
 def test_past_the_depth_check_a_batch_that_fails_to_pickle_is_sent_again_without_the_bad_one(
         tmp_path: Path) -> None:
     """The backstop: with the depth limit out of the way, the call into the cluster fails to
