@@ -3,9 +3,9 @@ reach's screen behind it.
 
 In front, before the SDK sees a request:
 
-- the body is read by :func:`reach.gateway.strict.read_json` (UTF-8, no NaN or Infinity,
-  numbers that fit a 64-bit float, nesting at most :attr:`GatewayOptions.max_json_depth` deep,
-  no unpaired surrogates): anything else is a parse error, -32700, saying which rule it broke;
+- the body is read by :func:`reach.strict_json.loads` (UTF-8, no NaN or Infinity, numbers that
+  fit a 64-bit float, nesting at most :attr:`GatewayOptions.max_json_depth` deep, no unpaired
+  surrogates): anything else is a parse error, -32700, saying which rule it broke;
 - an ``A2A-Version`` header longer than :data:`MAX_VERSION_CHARS` is VersionNotSupported
   (-32009), as any other version reach does not speak.
 
@@ -36,11 +36,12 @@ from starlette.routing import Route
 
 from reach.errors import CodecError
 from reach.gateway.errors import error_data, internal_error, is_screened
-from reach.gateway.strict import read_json
+from reach.strict_json import loads
 
 #: Longest ``A2A-Version`` header value read (``1.0`` is three characters).
 MAX_VERSION_CHARS = 32
 _INTERNAL = -32603
+_REFUSAL = "the body is not JSON the gateway reads"
 
 
 class _Parsed(Request):
@@ -73,7 +74,7 @@ class GatewayDispatcher(JsonRpcDispatcher):
     async def handle_requests(self, request: Request) -> Response:
         """Reads the body strictly, checks the version's length, then dispatches."""
         try:
-            doc = read_json(await request.body(), max_depth=self._max_depth)
+            doc = loads(await request.body(), max_depth=self._max_depth, refusal=_REFUSAL)
         except CodecError as exc:
             return self._generate_error_response(None, JSONParseError(
                 message=exc.message, data=[{"@type": ERROR_INFO_TYPE, "reason": "PARSE_ERROR",

@@ -20,8 +20,9 @@ import reach
 from reach.errors import Severity
 from reach.gateway.auth import token_for
 from reach.gateway.server import GatewayServer
-from reach.gateway.strict import MAX_VALUE_DEPTH, depth
+from reach.gateway.strict import MAX_VALUE_DEPTH
 from reach.security.guard import SecurityConfig, resolve_keyring
+from reach.strict_json import depth
 from reach.testing import FakeCluster
 
 #: Words of Python's or SQLite's own errors: a client must never see them.
