@@ -17,7 +17,14 @@ from google.protobuf.timestamp_pb2 import (  # type: ignore[import-untyped,unuse
 )
 
 from reach.errors import CodecError
-from reach.gateway.strict import check_json
+from reach.strict_json import check
+
+#: Most levels of arrays and objects in a value reach puts in a data part (a reply). A2A's
+#: messages are protobuf, whose decoder takes at most 100 levels of nested messages, and each
+#: level of a JSON object in a data part is three of them (a Value, a Struct, a map entry) under
+#: the four or five of the task and response around it: a task holding a data part nested 33
+#: objects deep is made, stored and then can never be decoded again.
+MAX_VALUE_DEPTH = 28
 
 
 def to_python(message: Any) -> Any:
@@ -41,9 +48,11 @@ def to_value(data: Any, what: str = "a value") -> Any:
         what: What it is, for the error's message.
 
     Raises:
-        CodecError: ``data`` is not JSON (see :func:`reach.gateway.strict.check_json`).
+        CodecError: ``data`` is not JSON a task can keep: :func:`reach.strict_json.check` at
+            most :data:`MAX_VALUE_DEPTH` levels deep (``details["path"]`` is where,
+            ``details["rule"]`` is ``"json_number"``, ``"json_type"`` or ``"depth"``).
     """
-    check_json(data, what)
+    check(data, what, max_depth=MAX_VALUE_DEPTH)
     try:
         return json_format.ParseDict(data, struct_pb2.Value())
     except (json_format.ParseError, OverflowError, ValueError, TypeError) as exc:

@@ -28,7 +28,8 @@ class GatewayOptions:
         max_json_depth: Most levels of arrays and objects nested in a request body (the
             JSON-RPC envelope's own five included: a payload in a data part has the rest); a
             deeper one is a parse error (-32700). At most 32: A2A's protobuf messages cannot
-            be decoded with a data part much deeper (see :mod:`reach.gateway.strict`).
+            be decoded with a data part much deeper (see
+            :data:`reach.gateway._proto.MAX_VALUE_DEPTH`).
         timeout_ms: Budget of one A2A task, every reach attempt included.
         retry_limit: Retries of a failed attempt (under the task policy of reach's supervisors).
         auth: Require a bearer token (``reach token NAME``) on every call but the agent cards.

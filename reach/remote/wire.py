@@ -41,13 +41,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from reach import strict_json as strict
 from reach.errors import CodecError, Detail
 from reach.protocol import Envelope
-from reach.remote import strict
-from reach.remote.strict import DEFAULT_MAX_DEPTH
 
 #: Version of this wire (the hello's ``v``).
 WIRE_VERSION = 1
+#: Levels of objects and arrays an envelope (itself the first), or any other frame, may nest.
+#: Real payloads nest a few levels (an A2A message with parts and metadata: 6); 64 leaves room
+#: for any honest document, and keeps what reach does with an envelope afterwards (pickling it
+#: for Ray, about 2 stack frames a level against Python's limit of 1,000; validating it; storing
+#: it) far from any recursion limit.
+DEFAULT_MAX_DEPTH = 64
 #: Where the gateway serves the channel.
 CONNECT_PATH = "/v1/agents/connect"
 #: What the MAC of a hello starts with.
@@ -240,7 +245,7 @@ class Hello(BaseModel):
                 shape.
         """
         try:
-            parsed = strict.loads(self.declaration)
+            parsed = strict.loads_marked(self.declaration)
         except (ValueError, RecursionError) as exc:
             raise _bad("declaration", "the hello's declaration is not JSON") from exc
         found = strict.flaw(parsed, DEFAULT_MAX_DEPTH, strings=True)
@@ -348,7 +353,7 @@ def _load(text: str | bytes, max_bytes: int, max_depth: int) -> tuple[dict[str, 
         raise _bad("frame_size", f"a frame of {size} bytes exceeds the limit of {max_bytes}",
                    CloseCode.TOO_LARGE, size=size, limit=max_bytes)
     try:
-        raw = strict.loads(text)
+        raw = strict.loads_marked(text)
     except RecursionError:
         raise _bad("depth", f"the frame nests deeper than {max_depth} levels of objects and "
                    "arrays", limit=max_depth) from None

@@ -18,9 +18,9 @@ from test_gateway_server import Orders, call, on_gateway, order, rpc, send, sse
 
 import reach
 from reach.errors import Severity
+from reach.gateway._proto import MAX_VALUE_DEPTH
 from reach.gateway.auth import token_for
 from reach.gateway.server import GatewayServer
-from reach.gateway.strict import MAX_VALUE_DEPTH
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.strict_json import depth
 from reach.testing import FakeCluster
