@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 from typing import Any
 
@@ -26,9 +25,9 @@ from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.utils.errors import InvalidParamsError
-from conftest import wait_until
 from google.protobuf.json_format import MessageToDict
 from pydantic import BaseModel
+from ray_helpers import free_port, wait_until
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -59,12 +58,6 @@ pytestmark = pytest.mark.integration
 
 ORDER_CAPS = ("orders.lookup", "orders", "order.status")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class OrderExecutor(AgentExecutor):

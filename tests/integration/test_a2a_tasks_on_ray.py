@@ -14,7 +14,7 @@ import ray
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
-from conftest import wait_until
+from ray_helpers import wait_until
 
 import reach
 from reach.gateway.task_store import ReachTaskStore

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from cancel_agents import Held, Hold, Holder, Strike, Striker
-from conftest import wait_until
+from ray_helpers import wait_until
 
 import reach
 from reach.errors import TaskCancelled

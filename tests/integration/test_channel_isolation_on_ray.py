@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import ray
-from conftest import start_gateway, wait_until
+from ray_helpers import start_gateway, wait_until
 from remote_agents import Add
 from test_remote_agents_on_ray import ROOT, Process, free_port
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import HEARTBEAT_S, MISSES, kill_and_wait, wait_until
+from ray_helpers import HEARTBEAT_S, MISSES, kill_and_wait, wait_until
 from support_agents import (
     Crashing,
     Echo,

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from fencing_agents import Done, Holder, Job, Poke, Progress
+from ray_helpers import wait_until
 
 import reach
 from reach._runtime.runner import DISCARDED

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import start_gateway
 from hostile_gateway_agents import GwhMeter
+from ray_helpers import start_gateway
 
 import reach
 from reach.gateway.auth import token_for

@@ -4,7 +4,6 @@ would not send it (malformed JSON, an oversize body, no token)."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,10 +41,10 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from conftest import start_gateway, wait_until
 from gateway_agents import GwOrders, GwTeller
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
+from ray_helpers import start_gateway, wait_until
 
 import reach
 from reach.gateway.auth import SCHEME_NAME, token_for
@@ -56,12 +55,6 @@ COMPLETED = TaskState.TASK_STATE_COMPLETED
 NAME = "gw-test"
 MAX_BODY = 64 * 1024
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Token(CredentialService):

@@ -16,16 +16,15 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import start_gateway, wait_until
 from node_tools import NODE, NPM, needs_node
 from pydantic import BaseModel
+from ray_helpers import free_port, start_gateway, wait_until
 
 import reach
 from reach.errors import AgentUnavailable, HandlerError, RequestTimeout, Severity
@@ -40,12 +39,6 @@ pytestmark = [
     needs_node,
 ]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -25,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import start_gateway, wait_until
 from node_tools import NODE, NPM, needs_node
+from ray_helpers import free_port, start_gateway, wait_until
 from remote_agents import Add, Asker, AskMath, Count, Sum
 
 import reach
@@ -43,12 +42,6 @@ GRACE_S = 20.0
 
 pytestmark = [pytest.mark.integration]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Channel:

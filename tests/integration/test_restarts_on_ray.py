@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import wait_until
+from ray_helpers import wait_until
 from support_agents import Info, Life, Recorder, Text, Worker
 
 import reach

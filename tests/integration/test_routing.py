@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import wait_until
+from ray_helpers import wait_until
 from support_agents import Echo, Forward, Forwarder, Info, Recorder, Refunds, Text, TextV11
 
 import reach

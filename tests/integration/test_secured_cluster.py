@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from ray_helpers import wait_until
 from support_agents import Echo, Forward, Forwarder, Info, Talker, Text
 
 import reach

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from ray_helpers import wait_until
 from support_agents import Talker
 
 import reach

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import wait_until
+from ray_helpers import wait_until
 from support_agents import Asker, CancellingAsker, Forward, Summariser, Talker, Text
 
 import reach

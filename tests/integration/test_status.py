@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import kill_and_wait, wait_until
+from ray_helpers import kill_and_wait, wait_until
 from support_agents import Echo, Life, Recorder, Slow, Text, Worker
 
 import reach

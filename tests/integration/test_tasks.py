@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from ray_helpers import wait_until
 from support_agents import Fanner, Forward, Forwarder, Life, Text, Worker
 
 import reach

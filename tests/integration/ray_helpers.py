@@ -1,0 +1,69 @@
+"""What the integration tests share, beside the fixtures of ``conftest.py``: the session
+cluster's heartbeat settings, waiting on a condition, killing a host, a free port, and starting a
+gateway (a module of its own: a test never imports a conftest by name)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+#: The session cluster's heartbeat interval and the beats a host may miss.
+HEARTBEAT_S = 0.5
+MISSES = 3
+
+
+async def wait_until(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0,
+                     poll_s: float = 0.1) -> Any:
+    """Polls ``check`` until it returns something truthy; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(poll_s)
+    pytest.fail(f"condition not met within {timeout_s} s (last value {last!r})")
+
+
+async def kill_and_wait(host: Any) -> None:
+    """Kills a host from outside, as a crash would (``host``: a port, as ``rt.cluster.host``
+    gives it, or its Ray actor handle), and returns once calls to it fail (Ray saw it die)."""
+    import ray
+
+    handle = getattr(host, "handle", host)
+    ray.kill(handle)
+
+    async def dead() -> bool:
+        try:
+            await handle.count.remote()
+        except ray.exceptions.RayActorError:
+            return True
+        return False
+
+    await wait_until(dead)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_gateway(rt: Any, **settings: Any) -> str:
+    """Starts a gateway application on the session's cluster; returns its URL. Serve's one HTTP
+    proxy is started on a free port by the first module that asks; later ones use its port."""
+    from reach.errors import ConfigError
+
+    try:
+        return str(rt.start_gateway(port=free_port(), **settings))
+    except ConfigError as exc:
+        if (exc.details or {}).get("setting") != "port":
+            raise
+        return str(rt.start_gateway(port=None, **settings))
