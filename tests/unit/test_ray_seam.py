@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import pickle
+from pathlib import Path
 
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
@@ -70,3 +73,36 @@ def test_a_shipped_class_is_pickled_once_and_rebuilt_once_per_process() -> None:
 
 class Shipped:
     value = 7
+
+
+# -- Ray's private names: two, in the seam, documented here -------------------------------------
+
+#: The private names of Ray that reach uses, all in reach/_ray.py: resolving an address the way
+#: ``ray.init`` does without starting a Ray (``join``: Ray has no public resolver), and telling
+#: whether Serve runs without starting it (``start_gateway``: ``serve.status()`` would start it).
+RAY_PRIVATE = {("ray._private.services", "canonicalize_bootstrap_address_or_die"),
+               ("ray.serve.context", "_get_global_client")}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rays_private_names_the_seam_uses_are_still_where_it_looks() -> None:
+    for module, name in RAY_PRIVATE:
+        assert callable(getattr(importlib.import_module(module), name)), (module, name)
+
+
+def _private_ray_imports(path: Path) -> set[tuple[str, str]]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ray"):
+            module = node.module or ""
+            for alias in node.names:
+                if "._private" in f".{module}" or alias.name.startswith("_"):
+                    found.add((module, alias.name))
+    return found
+
+
+def test_no_module_but_the_seam_imports_a_private_name_of_ray() -> None:
+    files = [f for d in ("reach", "actors", "policies") for f in (ROOT / d).rglob("*.py")]
+    used = {f.relative_to(ROOT).as_posix(): _private_ray_imports(f) for f in files}
+    assert {f for f, names in used.items() if names} == {"reach/_ray.py"}
+    assert used["reach/_ray.py"] == RAY_PRIVATE
