@@ -120,6 +120,9 @@ class Registry:
                 f"host {host!r} may not register agents of host {foreign.get('host')!r}",
                 details={"reason": "foreign_host", "principal": host})
         self._start()
+        # A host given agents is a spare no more, even if an offer it sent before crossed the
+        # claim that took it (or it would be handed out again, agents and all).
+        self.spares_.pop(host, None)
         if exclusive:
             for e in entries:
                 old = self.records.get(e["agent_id"])
@@ -219,6 +222,8 @@ class Registry:
         node, shape = self._open(principal, data, sig, "offer_spare")
         self._start()
         self.last_seen[principal] = clock.monotonic()
+        if any(rec.host == principal for rec in self.records.values()):
+            return  # an offer that crossed its own claim: the host holds agents now
         self.spares_[principal] = (str(node), str(shape))
 
     async def claim_spare(self, shape: str, node: str | None) -> str | None:

@@ -18,7 +18,6 @@ import select
 import socket
 import struct
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,23 +25,15 @@ from urllib.parse import urlsplit
 
 import pytest
 import ray
+from channel_helpers import ROOT, Channel, Process
 from ray_helpers import start_gateway, wait_until
 from remote_agents import Add
-from test_remote_agents_on_ray import ROOT, Process, free_port
 
-from reach.cluster import CallLimits
-from reach.gateway.auth import token_for
-from reach.gateway.channel import ChannelOptions, channel_routes
-from reach.gateway.channel_server import uvicorn_settings
-from reach.gateway.options import GatewayOptions
 from reach.remote.wire import (
     CONNECT_PATH,
     DEFAULT_MAX_FRAME_BYTES,
     CloseCode,
-    Declaration,
     agent_secret,
-    frame_text,
-    make_hello,
 )
 
 HOST = "reach.remote.isolation-replica"
@@ -52,45 +43,9 @@ pytestmark = [pytest.mark.integration]
 BOUND_PER_CONNECTION = 3 * DEFAULT_MAX_FRAME_BYTES
 
 
-class Channel:
-    """The channel on uvicorn, with the settings a gateway replica's server gets."""
-
-    def __init__(self, rt: Any) -> None:
-        import uvicorn
-        from starlette.applications import Starlette
-
-        self.rt = rt
-        guard = rt.cluster.guard()
-        assert guard is not None, "the integration runtime signs"
-        self.master = guard.keyring.master
-        self.token = token_for(guard.keyring, "isolation-tests")
-        self.host = rt.cluster.start_remote_host(HOST, CallLimits(), 20.0, 1000)
-        app = Starlette(routes=channel_routes(rt.cluster, GatewayOptions(), self.host,
-                                              ChannelOptions(grace_s=20.0)))
-        self.port = free_port()
-        self.url = f"ws://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
-            **uvicorn_settings(DEFAULT_MAX_FRAME_BYTES)))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-
-    def hello(self, agent_id: str) -> str:
-        return frame_text(make_hello(agent_id, Declaration(capabilities=("probe.any",)),
-                                     agent_secret(self.master, agent_id),
-                                     now_ms=round(time.time() * 1000),
-                                     nonce=os.urandom(16).hex()))
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        with contextlib.suppress(Exception):
-            self.rt.cluster.kill(self.host)
-
-
 @pytest.fixture(scope="module")
 def channel(rt: Any) -> Iterator[Channel]:
-    made = Channel(rt)
+    made = Channel(rt, HOST, "isolation-tests")
     try:
         yield made
     finally:

@@ -5,22 +5,18 @@ refused there as a replayed nonce (4403), audited, while a fresh hello still get
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from typing import Any
 
 import pytest
-from test_remote_agents_on_ray import HOST, Channel
+from channel_helpers import HOST, Channel
 
-from reach.remote.wire import CloseCode, Declaration, agent_secret, frame_text, make_hello
+from reach.remote.wire import CloseCode
 
 pytestmark = [pytest.mark.integration]
 
 
 def a_hello(channel: Channel, agent_id: str) -> str:
-    return frame_text(make_hello(agent_id, Declaration(capabilities=("math.add",)),
-                                 agent_secret(channel.master, agent_id),
-                                 now_ms=round(time.time() * 1000), nonce=os.urandom(16).hex()))
+    return channel.hello(agent_id, ("math.add",))
 
 
 async def welcomed_then_goodbye(channel: Channel, frame: str) -> None:

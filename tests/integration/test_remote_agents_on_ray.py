@@ -12,69 +12,27 @@ the JavaScript reference agent (Node, ``ws``) and the Python client (``reach con
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from channel_helpers import HOST, ROOT, Channel, Process
 from node_tools import NODE, NPM, needs_node
-from ray_helpers import free_port, start_gateway, wait_until
+from ray_helpers import start_gateway, wait_until
 from remote_agents import Add, Asker, AskMath, Count, Sum
 
 import reach
-from reach.cluster import CallLimits
-from reach.gateway.auth import token_for
-from reach.gateway.channel import ChannelOptions, channel_routes
-from reach.gateway.options import GatewayOptions
 from reach.remote.wire import CloseCode, Declaration, agent_secret, frame_text, make_hello
 
-ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "clients" / "js"
-HOST = "reach.remote.test-replica"
-GRACE_S = 20.0
 
 pytestmark = [pytest.mark.integration]
 
-
-
-class Channel:
-    """The channel on uvicorn in a thread of its own (the gateway replica's part), and its
-    RemoteHost on Ray."""
-
-    def __init__(self, rt: Any, host: str = HOST) -> None:
-        import uvicorn
-        from starlette.applications import Starlette
-
-        self.rt = rt
-        guard = rt.cluster.guard()
-        assert guard is not None, "the integration runtime signs"
-        self.master = guard.keyring.master
-        self.token = token_for(guard.keyring, "remote-tests")
-        self.host = rt.cluster.start_remote_host(host, CallLimits(), GRACE_S, 1000)
-        app = Starlette(routes=channel_routes(rt.cluster, GatewayOptions(), self.host,
-                                              ChannelOptions(grace_s=GRACE_S)))
-        self.port = free_port()
-        self.url = f"ws://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-
-    def secret(self, agent_id: str) -> str:
-        return agent_secret(self.master, agent_id).hex()
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        with contextlib.suppress(Exception):
-            self.rt.cluster.kill(self.host)
 
 
 @pytest.fixture(scope="module")
@@ -96,45 +54,6 @@ def node_modules() -> Path:
         if done.returncode != 0:
             pytest.fail(f"npm ci failed in {JS}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return JS / "node_modules"
-
-
-class Process:
-    """A remote agent's process; ``events`` collects the JSON lines it prints."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.argv = argv
-        self.env = env
-        self.events: list[dict[str, Any]] = []
-        self.proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    async def start(self) -> Process:
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, **(self.env or {})}, cwd=ROOT)
-        self._reader = asyncio.ensure_future(self._read())
-        return self
-
-    async def _read(self) -> None:
-        assert self.proc is not None
-        assert self.proc.stdout is not None
-        async for line in self.proc.stdout:
-            with contextlib.suppress(ValueError):
-                self.events.append(json.loads(line))
-
-    def welcomes(self) -> list[dict[str, Any]]:
-        return [e["welcome"] for e in self.events if "welcome" in e]
-
-    async def kill(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
-            await self.proc.wait()
-
-    async def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.terminate()
-        return await asyncio.wait_for(self.proc.wait(), 20)
 
 
 def node_agent(channel: Channel, agent_id: str) -> Process:
