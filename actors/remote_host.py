@@ -1,6 +1,6 @@
 """The RemoteHost actor: the reach side of the agents connected through one gateway replica.
 
-The replica holds the WebSockets and only bridges them (``reach/gateway/channel.py``); this host
+The replica holds the WebSockets and only bridges them (``reach/remote/channel.py``); this host
 is an :class:`~actors.host.AgentHost` whose agents live elsewhere. It registers them (signed as
 itself), heartbeats their loads, admits callers by the ACL, audits, and is watched like any host.
 What it adds:

@@ -43,7 +43,7 @@ from reach.errors import (
     ReachError,
     SessionNotFound,
 )
-from reach.gateway.options import DEFAULT_PORT, GatewayOptions
+from reach.web.options import DEFAULT_PORT, GatewayOptions
 from reach.remote.wire import DEFAULT_MAX_FRAME_BYTES
 from reach.security.guard import Guard, SecurityConfig, guard_for
 
@@ -505,7 +505,7 @@ def bound_websocket_frames(max_frame_bytes: int) -> None:
     constructor returns (``ray.serve._private.http_util.start_asgi_http_server``), from
     ``uvicorn.Config`` with no WebSocket setting, and offers no setting or variable of its own
     for them. So, in the replica's process, ``uvicorn.Config`` takes the channel's
-    (:func:`reach.gateway.channel_server.uvicorn_settings`) as defaults. A unit test fails if
+    (:func:`reach.remote.channel_server.uvicorn_settings`) as defaults. A unit test fails if
     Serve stops building its server that way. Behind Serve's default Python proxy instead (and
     through the fallback HAProxy uses until it routes to a new replica), the proxy holds the
     sockets and buffers frames up to uvicorn's 16 MiB before the replica's check: the first
@@ -513,7 +513,7 @@ def bound_websocket_frames(max_frame_bytes: int) -> None:
     """
     import uvicorn
 
-    from reach.gateway.channel_server import uvicorn_settings
+    from reach.remote.channel_server import uvicorn_settings
 
     settings = uvicorn_settings(max_frame_bytes)
     base: Any = getattr(uvicorn.Config, "reach_base", uvicorn.Config)

@@ -44,7 +44,7 @@ from reach.records import (
 if TYPE_CHECKING:
     from reach._runtime.tasks import TaskSpec
     from reach.agent import Agent
-    from reach.gateway.options import GatewayOptions
+    from reach.web.options import GatewayOptions
     from reach.remote.wire import Attached, Hello, WireRefusal
     from reach.security.guard import Guard, SecurityConfig
     from reach.supervision import SupervisorSpec

@@ -40,7 +40,7 @@ from reach.errors import (
     ConfigError,
     ReachError,
 )
-from reach.gateway.options import GATEWAY_APP, GatewayOptions
+from reach.web.options import GATEWAY_APP, GatewayOptions
 from reach.protocol import new_id
 from reach.records import AgentRecord, DeadLetter
 from reach.security.guard import (
@@ -284,7 +284,7 @@ class Runtime:
 
         Args:
             options: The gateway's settings; or give them as keywords
-                (:class:`~reach.gateway.options.GatewayOptions`: ``port``, ``replicas``, ...).
+                (:class:`~reach.web.options.GatewayOptions`: ``port``, ``replicas``, ...).
 
         Raises:
             ConfigError: a setting is invalid, or the gateway failed to start (with Serve's
@@ -300,8 +300,8 @@ class Runtime:
     async def connect_a2a(self, url_or_card: Any, **settings: Any) -> AgentRecord:
         """Makes a remote A2A agent a reach agent: reads its card and registers a proxy agent
         that reach agents call by ID or capability like any other.
-        See :func:`reach.gateway.outbound.connect` for the settings."""
-        from reach.gateway.outbound import connect
+        See :func:`reach.a2a.client.proxy.connect` for the settings."""
+        from reach.a2a.client.proxy import connect
 
         return await connect(self, url_or_card, **settings)
 

@@ -55,7 +55,7 @@ from reach.cluster import (
     SupervisorPort,
 )
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
-from reach.gateway.options import DEFAULT_PORT, GatewayOptions
+from reach.web.options import DEFAULT_PORT, GatewayOptions
 from reach.security.guard import Guard, SecurityConfig, guard_for
 
 T = TypeVar("T")

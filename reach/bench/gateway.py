@@ -45,7 +45,7 @@ from reach.bench.callers import drive, free_port
 from reach.bench.httpload import Connection
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
-from reach.gateway.auth import token_for
+from reach.web.auth import token_for
 from reach.security.keys import Keyring
 
 AGENTS = 20

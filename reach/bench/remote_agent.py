@@ -5,7 +5,7 @@ channel, beside the same 20 agents packed in the cluster.
   (the RemoteHost actor of the gateway replica), over the replica's long poll and WebSocket to
   the agent's process (``python -m reach.remote``, the same as ``reach connect``, running
   ``reach.bench.agents:EchoAgent``), and its reply comes back the same way. The replica is a
-  process of its own (this module with ``--channel``: uvicorn serving ``reach.gateway.channel``,
+  process of its own (this module with ``--channel``: uvicorn serving ``reach.remote.channel``,
   as a Ray Serve replica would), joined to the same Ray;
 - packed: the same agent class spawned in a pool of 2 hosts (``reach.Packed``).
 
@@ -40,9 +40,9 @@ from reach.bench.progress import PROGRESS_S
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
 from reach.cluster import CallLimits
-from reach.gateway.auth import token_for
-from reach.gateway.channel import ChannelOptions, channel_routes
-from reach.gateway.options import GatewayOptions
+from reach.web.auth import token_for
+from reach.remote.channel import ChannelOptions, channel_routes
+from reach.web.options import GatewayOptions
 from reach.remote.wire import agent_secret
 from reach.security.keys import Keyring
 

@@ -17,7 +17,7 @@ HTTP surface (paths under :attr:`GatewayOptions.base_url`):
 Every call but the cards needs ``Authorization: Bearer <token>`` (when ``auth``; refused with 401
 and a JSON body saying why) and a body of at most ``max_body_bytes`` (refused with 413 and a
 JSON-RPC error before it is read as JSON). The JSON-RPC binding, the SSE streams and the error
-responses are the SDK's, behind reach's intake (:mod:`reach.gateway.intake`: strict JSON, and no
+responses are the SDK's, behind reach's intake (:mod:`reach.a2a.server.intake`: strict JSON, and no
 internals in a -32603); clients send ``A2A-Version: 1.0`` (the SDK's clients do), reach answers
 A2A 1.0 only.
 """
@@ -48,21 +48,21 @@ from reach._runtime.names import INBOX_PREFIX, REMOTE_PREFIX
 from reach._runtime.tasks import cancel_trace_everywhere
 from reach.cluster import CallLimits, Cluster
 from reach.errors import AgentUnavailable, ConfigError, ReachError
-from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
-from reach.gateway.cards import agent_card, router_card
-from reach.gateway.catalog import Catalog
-from reach.gateway.channel import ChannelOptions, channel_routes
-from reach.gateway.executor import ReachExecutor
-from reach.gateway.handler import (
+from reach.web.auth import ANONYMOUS, bearer_token, principal_for
+from reach.a2a.server.cards import agent_card, router_card
+from reach.a2a.server.catalog import Catalog
+from reach.remote.channel import ChannelOptions, channel_routes
+from reach.a2a.server.executor import ReachExecutor
+from reach.a2a.server.handler import (
     PRINCIPAL_SCOPE_KEY,
     ContextBuilder,
     FreshFirstStore,
     Planner,
     ReachRequestHandler,
 )
-from reach.gateway.intake import jsonrpc_routes
-from reach.gateway.options import GatewayOptions
-from reach.gateway.task_store import ReachTaskStore
+from reach.a2a.server.intake import jsonrpc_routes
+from reach.web.options import GatewayOptions
+from reach.a2a.server.task_store import ReachTaskStore
 from reach.security.keys import Keyring
 from reach.security.trail import AuditTrail
 

@@ -249,7 +249,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
 def _token(args: argparse.Namespace) -> int:
     from reach.errors import AuthError, ConfigError
-    from reach.gateway.auth import token_for
+    from reach.web.auth import token_for
     from reach.security.guard import resolve_keyring
     from reach.security.keys import Keyring
 

@@ -16,10 +16,10 @@ from typing import Any
 from ray_helpers import free_port
 
 from reach.cluster import CallLimits
-from reach.gateway.auth import token_for
-from reach.gateway.channel import ChannelOptions, channel_routes
-from reach.gateway.channel_server import uvicorn_settings
-from reach.gateway.options import GatewayOptions
+from reach.web.auth import token_for
+from reach.remote.channel import ChannelOptions, channel_routes
+from reach.remote.channel_server import uvicorn_settings
+from reach.web.options import GatewayOptions
 from reach.remote.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     Declaration,

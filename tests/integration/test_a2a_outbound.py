@@ -44,8 +44,8 @@ from reach.errors import (
     RequestTimeout,
     Severity,
 )
-from reach.gateway.outbound import connect, proxy_spec, read_card
-from reach.gateway.outbound_models import (
+from reach.a2a.client.proxy import connect, proxy_spec, read_card
+from reach.a2a.client.models import (
     A2AEventKind,
     A2AMessage,
     A2AReply,

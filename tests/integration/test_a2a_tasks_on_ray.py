@@ -17,7 +17,7 @@ from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
 from ray_helpers import wait_until
 
 import reach
-from reach.gateway.task_store import ReachTaskStore
+from reach.a2a.server.task_store import ReachTaskStore
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def replica_on_node_b(cluster: Any, owner: str, task_id: str, save: bytes | None
     from a2a.types.a2a_pb2 import Task
     from test_a2a_tasks_on_ray import Person
 
-    from reach.gateway.task_store import ReachTaskStore
+    from reach.a2a.server.task_store import ReachTaskStore
 
     async def main() -> bytes | None:
         store = ReachTaskStore(cluster.store())

@@ -39,7 +39,7 @@ from reach.remote.wire import (
 HOST = "reach.remote.isolation-replica"
 pytestmark = [pytest.mark.integration]
 
-#: What a connection may hold in the server (``reach/gateway/channel_server.py``'s docstring).
+#: What a connection may hold in the server (``reach/remote/channel_server.py``'s docstring).
 BOUND_PER_CONNECTION = 3 * DEFAULT_MAX_FRAME_BYTES
 
 

@@ -13,7 +13,7 @@ from hostile_gateway_agents import GwhMeter
 from ray_helpers import start_gateway
 
 import reach
-from reach.gateway.auth import token_for
+from reach.web.auth import token_for
 
 pytestmark = pytest.mark.integration
 

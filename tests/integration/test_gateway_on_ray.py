@@ -47,7 +47,7 @@ from google.protobuf.struct_pb2 import Value
 from ray_helpers import start_gateway, wait_until
 
 import reach
-from reach.gateway.auth import SCHEME_NAME, token_for
+from reach.web.auth import SCHEME_NAME, token_for
 
 pytestmark = pytest.mark.integration
 

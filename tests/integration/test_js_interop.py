@@ -28,8 +28,8 @@ from ray_helpers import free_port, start_gateway, wait_until
 
 import reach
 from reach.errors import AgentUnavailable, HandlerError, RequestTimeout, Severity
-from reach.gateway.outbound import connect
-from reach.gateway.outbound_models import A2AEventKind, A2AMessage, A2AState, A2AStreamRequest
+from reach.a2a.client.proxy import connect
+from reach.a2a.client.models import A2AEventKind, A2AMessage, A2AState, A2AStreamRequest
 from reach.records import AgentStatus
 
 JS = Path(__file__).resolve().parents[2] / "interop" / "js"
@@ -243,7 +243,7 @@ async def node_client(*args: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 async def gateway(rt: Any, node_modules: Path) -> AsyncIterator[tuple[str, str]]:
-    from reach.gateway.auth import token_for
+    from reach.web.auth import token_for
     guard = rt.cluster.guard()
     assert guard is not None
     await rt.spawn(JsOrders, "jsi-orders-1", placement=reach.Packed(pool="jsi"))

@@ -45,15 +45,15 @@ from reach.errors import (
     TaskCancelled,
     TaskNotFound,
 )
-from reach.gateway.outbound import (
+from reach.a2a.client.proxy import (
     A2AProxy,
     A2AStreamingProxy,
     ProxyConfig,
     proxy_spec,
     read_card,
 )
-from reach.gateway.outbound_errors import check_reply, error_for
-from reach.gateway.outbound_mapping import (
+from reach.a2a.client.errors import check_reply, error_for
+from reach.a2a.client.mapping import (
     CARD_PATH,
     METADATA_KEY,
     Health,
@@ -70,7 +70,7 @@ from reach.gateway.outbound_mapping import (
     reply_from,
     state_of,
 )
-from reach.gateway.outbound_models import (
+from reach.a2a.client.models import (
     A2AEvent,
     A2AEventKind,
     A2AMessage,

@@ -19,7 +19,7 @@ import uvicorn
 from ray.serve._private import http_util, replica
 
 from reach import _ray
-from reach.gateway.channel_server import REFUSAL, ChannelWebSocketProtocol, uvicorn_settings
+from reach.remote.channel_server import REFUSAL, ChannelWebSocketProtocol, uvicorn_settings
 
 LIMIT = 4096
 

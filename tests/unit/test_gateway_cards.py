@@ -9,15 +9,15 @@ from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.utils.proto_utils import validate_proto_required_fields
 
 from reach.errors import ConfigError
-from reach.gateway.auth import SCHEME_NAME, bearer_token, principal_for, token_for
-from reach.gateway.cards import (
+from reach.web.auth import SCHEME_NAME, bearer_token, principal_for, token_for
+from reach.a2a.server.cards import (
     SCHEMAS_EXTENSION,
     agent_card,
     agent_path,
     card_path,
     router_card,
 )
-from reach.gateway.catalog import AgentView, HandlerInfo
+from reach.a2a.server.catalog import AgentView, HandlerInfo
 from reach.records import AgentRecord
 from reach.security.keys import Keyring
 

@@ -18,8 +18,8 @@ from test_gateway_server import Orders, call, on_gateway, order, rpc, send, sse
 
 import reach
 from reach.errors import Severity
-from reach.gateway._proto import MAX_VALUE_DEPTH
-from reach.gateway.auth import token_for
+from reach.a2a.server._proto import MAX_VALUE_DEPTH
+from reach.web.auth import token_for
 from reach.gateway.server import GatewayServer
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.strict_json import depth
@@ -341,7 +341,7 @@ def test_a_partial_result_or_error_details_holding_nan_leave_a_readable_task() -
 def test_a_stored_task_holding_nan_is_read_and_saved_with_it_made_null() -> None:
     from a2a.types.a2a_pb2 import Artifact, Part, Task, TaskState, TaskStatus
 
-    from reach.gateway.auth import ANONYMOUS
+    from reach.web.auth import ANONYMOUS
 
     async def scenario(fake: FakeCluster, client: httpx.AsyncClient) -> None:
         poisoned = Task(id="old-task", context_id="ctx",
@@ -371,8 +371,8 @@ def test_a_stored_task_holding_nan_is_read_and_saved_with_it_made_null() -> None
 def _context() -> Any:
     from a2a.server.context import ServerCallContext
 
-    from reach.gateway.auth import ANONYMOUS
-    from reach.gateway.handler import Caller
+    from reach.web.auth import ANONYMOUS
+    from reach.a2a.server.handler import Caller
 
     return ServerCallContext(user=Caller(ANONYMOUS))
 
@@ -389,14 +389,14 @@ def test_a_fault_of_reach_is_minus_32603_with_an_error_id_and_the_story_in_the_l
             raise RuntimeError("disk /srv/secret/tasks.db is on fire")
 
         server.store.inner.get = broken  # type: ignore[method-assign]
-        with caplog.at_level(logging.ERROR, logger="reach.gateway.errors"):
+        with caplog.at_level(logging.ERROR, logger="reach.a2a.server.errors"):
             error = (await rpc(client, call("GetTask", id="x")))["error"]
         assert error["code"] == -32603
         assert "secret" not in json.dumps(error)
         error_id = error["data"][0]["metadata"]["error_id"]
         assert error_id in error["message"]
         (logged,) = [r for r in caplog.records
-                     if r.name == "reach.gateway.errors" and error_id in r.getMessage()]
+                     if r.name == "reach.a2a.server.errors" and error_id in r.getMessage()]
         assert "on fire" in logged.getMessage()
         assert logged.exc_info is not None
 

@@ -28,9 +28,9 @@ from reach.errors import (
     Severity,
     TaskNotFound,
 )
-from reach.gateway.catalog import HandlerInfo
-from reach.gateway.errors import error_data, error_message, to_a2a
-from reach.gateway.parts import named_schema, read_message, reply_parts
+from reach.a2a.server.catalog import HandlerInfo
+from reach.a2a.server.errors import error_data, error_message, to_a2a
+from reach.a2a.server.parts import named_schema, read_message, reply_parts
 
 ORDER_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "integer"},
                                                   "note": {"type": "string"}},
@@ -181,7 +181,7 @@ def test_reach_errors_before_a_task_become_a2a_errors_with_reachs_facts(error: A
 def test_any_other_reach_error_is_an_internal_error_with_an_error_id_and_no_internals(
         caplog: pytest.LogCaptureFixture) -> None:
     error = AgentUnavailable("host 10.0.0.7 died: RayActorError", suggestion="retry")
-    with caplog.at_level("ERROR", logger="reach.gateway.errors"):
+    with caplog.at_level("ERROR", logger="reach.a2a.server.errors"):
         mapped = to_a2a(error)
     assert type(mapped) is InternalError
     assert mapped.data is not None

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 import reach
 from reach.errors import AgentUnavailable, ConfigError, Severity
-from reach.gateway.auth import token_for
-from reach.gateway.options import GatewayOptions
+from reach.web.auth import token_for
+from reach.web.options import GatewayOptions
 from reach.gateway.server import GatewayServer
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.testing import FakeCluster, eventually, run
@@ -537,8 +537,8 @@ def _anonymous() -> Any:
     """The call context of an unauthenticated caller (a gateway without auth)."""
     from a2a.server.context import ServerCallContext
 
-    from reach.gateway.auth import ANONYMOUS
-    from reach.gateway.handler import Caller
+    from reach.web.auth import ANONYMOUS
+    from reach.a2a.server.handler import Caller
 
     return ServerCallContext(user=Caller(ANONYMOUS))
 

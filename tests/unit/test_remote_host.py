@@ -19,9 +19,9 @@ import reach
 from reach import clock
 from reach.cluster import CallLimits, RemoteHostPort
 from reach.errors import AgentUnavailable, RequestTimeout, Severity
-from reach.gateway.auth import token_for
-from reach.gateway.channel import ChannelOptions, channel_routes
-from reach.gateway.options import GatewayOptions
+from reach.web.auth import token_for
+from reach.remote.channel import ChannelOptions, channel_routes
+from reach.web.options import GatewayOptions
 from reach.records import AgentStatus
 from reach.remote.client import RemoteAgentRunner
 from reach.remote.wire import (

@@ -28,7 +28,7 @@ from reach._runtime.names import (
 )
 from reach.cluster import CallLimits, HostShape
 from reach.errors import ConfigError
-from reach.gateway.outbound import connect, proxy_spec
+from reach.a2a.client.proxy import connect, proxy_spec
 from reach.remote.wire import CAPABILITY_PREFIX, CloseCode, Declaration, make_hello
 from reach.testing import FakeCluster, run
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reach.errors import CodecError
-from reach.gateway._proto import MAX_VALUE_DEPTH, to_value
+from reach.a2a.server._proto import MAX_VALUE_DEPTH, to_value
 from reach.remote.wire import DEFAULT_MAX_DEPTH
 from reach.strict_json import (
     MAX_DIGITS,
@@ -196,8 +196,8 @@ def _reach_imports(path: Path) -> set[str]:
 
 def test_the_rules_sit_beside_the_codec_and_the_features_import_them_from_there() -> None:
     assert _reach_imports(ROOT / "reach" / "strict_json.py") == {"reach.errors"}
-    for path in (ROOT / "reach" / "remote" / "wire.py", ROOT / "reach" / "gateway" / "intake.py",
-                 ROOT / "reach" / "gateway" / "_proto.py"):
+    for path in (ROOT / "reach" / "remote" / "wire.py", ROOT / "reach" / "a2a" / "server" / "intake.py",
+                 ROOT / "reach" / "a2a" / "server" / "_proto.py"):
         text = path.read_text(encoding="utf-8")
         assert "reach.strict_json" in text or "from reach import strict_json" in text, path
     assert not (ROOT / "reach" / "remote" / "strict.py").exists()

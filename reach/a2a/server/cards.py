@@ -37,8 +37,8 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0, TransportProtocol
 
 from reach.agent import reads_text
-from reach.gateway.auth import SCHEME_NAME
-from reach.gateway.catalog import AgentView, HandlerInfo
+from reach.web.auth import SCHEME_NAME
+from reach.a2a.server.catalog import AgentView, HandlerInfo
 
 #: Media type of data parts (a payload of a schema).
 JSON_MODE = "application/json"

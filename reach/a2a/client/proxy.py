@@ -12,10 +12,10 @@ Example::
 or capability, called with deadlines, supervised, retried and failed over, and its calls audited
 like any other agent's. Its ID is the card's name made an ID (``Refund Agent`` ->
 ``refund-agent``, or ``agent_id=``), its capabilities the card's skill IDs and tags as dotted
-tags, its description the card's (see :mod:`reach.gateway.outbound_mapping`). For a supervision
+tags, its description the card's (see :mod:`reach.a2a.client.mapping`). For a supervision
 tree, :func:`proxy_spec` gives the same proxy as a :class:`~reach.ChildSpec`.
 
-A proxy reads :class:`~reach.gateway.outbound_models.A2AMessage` (``a2a.message@1.0``, answered
+A proxy reads :class:`~reach.a2a.client.models.A2AMessage` (``a2a.message@1.0``, answered
 with an ``A2AReply``), plain :class:`~reach.Text` (answered with the reply's text), and, when the
 card says the agent streams, ``A2AStreamRequest`` (``a2a.stream@1.0``, streamed as ``A2AEvent``
 chunks). Each request sends A2A ``SendMessage`` (``SendStreamingMessage`` for the stream) through
@@ -50,8 +50,8 @@ from reach._runtime.names import check_agent_ids
 from reach.agent import Agent, Packed, Placement, Text, handler
 from reach.context import Context
 from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
-from reach.gateway.outbound_errors import check_reply, error_for
-from reach.gateway.outbound_mapping import (
+from reach.a2a.client.errors import check_reply, error_for
+from reach.a2a.client.mapping import (
     BINDINGS,
     RUNNING,
     Health,
@@ -67,7 +67,7 @@ from reach.gateway.outbound_mapping import (
     probe_url_for,
     reply_from,
 )
-from reach.gateway.outbound_models import (
+from reach.a2a.client.models import (
     A2AEvent,
     A2AEventKind,
     A2AMessage,
@@ -81,7 +81,7 @@ from reach.supervision import ChildSpec
 if TYPE_CHECKING:
     from reach.runtime import Runtime
 
-log = logging.getLogger("reach.gateway.outbound")
+log = logging.getLogger("reach.a2a.client.proxy")
 
 #: Where proxies run unless told otherwise: a pool of their own, apart from the default pool's
 #: agents (a proxy is light: one HTTP client; its calls wait on the network, not the CPU).
@@ -187,7 +187,7 @@ class A2AProxy(Agent):
         for the caller.
 
         Raises:
-            ReachError: the call failed (see :func:`~reach.gateway.outbound_errors.error_for`),
+            ReachError: the call failed (see :func:`~reach.a2a.client.errors.error_for`),
                 or the remote's task failed, was rejected or canceled.
         """
         call = self._call_context(ctx)

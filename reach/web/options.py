@@ -29,7 +29,7 @@ class GatewayOptions:
             JSON-RPC envelope's own five included: a payload in a data part has the rest); a
             deeper one is a parse error (-32700). At most 32: A2A's protobuf messages cannot
             be decoded with a data part much deeper (see
-            :data:`reach.gateway._proto.MAX_VALUE_DEPTH`).
+            :data:`reach.a2a.server._proto.MAX_VALUE_DEPTH`).
         timeout_ms: Budget of one A2A task, every reach attempt included.
         retry_limit: Retries of a failed attempt (under the task policy of reach's supervisors).
         auth: Require a bearer token (``reach token NAME``) on every call but the agent cards.

@@ -3,7 +3,7 @@
 A task the caller waits for (a blocking ``SendMessage``) that ends quickly is written once: a
 single :class:`Task` already in its final state, with its artifact and history (one task-store
 write). A task that is streamed to its caller, asked not to block, or still running after
-:data:`reach.gateway.executor.ANNOUNCE_AFTER_S` is *announced*: a ``WORKING`` task first (so that
+:data:`reach.a2a.server.executor.ANNOUNCE_AFTER_S` is *announced*: a ``WORKING`` task first (so that
 it can be got, listed, cancelled and subscribed to), then each chunk of its reply as an artifact
 update (``append`` after the first, ``last_chunk`` on the last), then its final status.
 """
@@ -26,7 +26,7 @@ from a2a.types.a2a_pb2 import (
 )
 
 from reach import clock
-from reach.gateway import _proto
+from reach.a2a.server import _proto
 
 #: The ID of the one artifact of a task: the agent's reply (all its chunks, for a stream).
 REPLY_ARTIFACT = "reply"

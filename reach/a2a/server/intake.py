@@ -10,9 +10,9 @@ In front, before the SDK sees a request:
   (-32009), as any other version reach does not speak.
 
 Behind: every -32603 the dispatcher would send, with whatever exception text it holds, is
-replaced by reach's (:func:`reach.gateway.errors.internal_error`: an error ID for the client, the
+replaced by reach's (:func:`reach.a2a.server.errors.internal_error`: an error ID for the client, the
 story in the log), in plain responses and in SSE streams alike. The client's mistakes are the
-SDK's -32600/-32601/-32602 and reach's -32602 (see :mod:`reach.gateway.errors`).
+SDK's -32600/-32601/-32602 and reach's -32602 (see :mod:`reach.a2a.server.errors`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from reach.errors import CodecError
-from reach.gateway.errors import error_data, internal_error, is_screened
+from reach.a2a.server.errors import error_data, internal_error, is_screened
 from reach.strict_json import loads
 
 #: Longest ``A2A-Version`` header value read (``1.0`` is three characters).
@@ -63,7 +63,7 @@ class GatewayDispatcher(JsonRpcDispatcher):
     Args:
         handler: The request handler.
         context_builder: Builds each call's context.
-        max_depth: See :attr:`reach.gateway.options.GatewayOptions.max_json_depth`.
+        max_depth: See :attr:`reach.web.options.GatewayOptions.max_json_depth`.
     """
 
     def __init__(self, handler: RequestHandler, context_builder: ServerCallContextBuilder,

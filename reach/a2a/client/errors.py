@@ -31,7 +31,7 @@ from reach.errors import (
     TaskCancelled,
     TaskNotFound,
 )
-from reach.gateway.outbound_models import A2AState
+from reach.a2a.client.models import A2AState
 
 
 def check_reply(state: A2AState, text: str, task_id: str, remote: str) -> None:

@@ -13,7 +13,7 @@ from reach.cluster import RemoteHostPort
 from reach.errors import CodecError, ReachError
 from reach.remote.wire import error_frame
 
-log = logging.getLogger("reach.gateway.channel")
+log = logging.getLogger("reach.remote.channel")
 
 #: What a connection's writer gets when the remote host is gone.
 GONE = "\x00gone"

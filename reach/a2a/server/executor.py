@@ -41,7 +41,7 @@ what the caller gets is a task it can read, never one that cannot be shown.
 Every task's metadata has ``reach.trace_id`` (its ID), ``reach.target`` (the agent ID, or
 the capability), ``reach.replica`` (the replica running it), and once ended ``reach.attempts``.
 A task left unfinished by a replica that died is ended FAILED (retryable) by the replica that
-next reads it (see :class:`reach.gateway.handler.ReachRequestHandler`).
+next reads it (see :class:`reach.a2a.server.handler.ReachRequestHandler`).
 """
 
 from __future__ import annotations
@@ -66,15 +66,15 @@ from reach import clock
 from reach._runtime.tasks import TaskRunner, TaskSpec
 from reach.client import Client, Link
 from reach.errors import CodecError, ErrorInfo, ReachError, Severity, TaskCancelled
-from reach.gateway._proto import to_python
-from reach.gateway.errors import error_doc, error_message
-from reach.gateway.events import TaskEvents, timestamp
-from reach.gateway.options import GatewayOptions
-from reach.gateway.parts import Call, reply_parts
+from reach.a2a.server._proto import to_python
+from reach.a2a.server.errors import error_doc, error_message
+from reach.a2a.server.events import TaskEvents, timestamp
+from reach.web.options import GatewayOptions
+from reach.a2a.server.parts import Call, reply_parts
 from reach.protocol import new_id
 from reach.records import TaskResult
 
-log = logging.getLogger("reach.gateway.executor")
+log = logging.getLogger("reach.a2a.server.executor")
 
 #: The call context's state key of a SendMessage's :class:`Plan`.
 PLAN_KEY = "reach.plan"

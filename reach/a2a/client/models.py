@@ -1,6 +1,6 @@
 """The payloads reach agents send to, and get back from, a remote A2A agent's proxy.
 
-A proxy (:mod:`reach.gateway.outbound`) reads :class:`A2AMessage` (``a2a.message@1.0``) and
+A proxy (:mod:`reach.a2a.client.proxy`) reads :class:`A2AMessage` (``a2a.message@1.0``) and
 answers :class:`A2AReply` (``a2a.reply@1.0``); when the remote card says it streams, it also reads
 :class:`A2AStreamRequest` (``a2a.stream@1.0``) and streams :class:`A2AEvent` chunks
 (``a2a.event@1.0``), one per A2A stream event. Importing this module registers the four schemas.

@@ -15,7 +15,7 @@ any other                                       Internal (-32603), see :func:`in
 ==============================================  ==========================================
 
 A -32603 is reach's own fault, never the client's, and it says nothing of reach's insides: its
-message gives an error ID, which the gateway's log (``reach.gateway.errors``) prints beside the
+message gives an error ID, which the gateway's log (``reach.a2a.server.errors``) prints beside the
 whole story (the traceback, or the reach error's own message), so that an operator finds it.
 
 Its ``data`` (a ``google.rpc.ErrorInfo`` whose ``metadata`` the SDK client hands back as the
@@ -43,10 +43,10 @@ from reach.errors import (
     SchemaError,
     TaskNotFound,
 )
-from reach.gateway._proto import to_value
+from reach.a2a.server._proto import to_value
 from reach.protocol import new_id
 
-log = logging.getLogger("reach.gateway.errors")
+log = logging.getLogger("reach.a2a.server.errors")
 #: The key of the error ID in a -32603's data.
 ERROR_ID_KEY = "error_id"
 

@@ -4,11 +4,11 @@
   tags (:func:`capabilities_for`): each skill's ID, then each of its tags, put through reach's
   own :func:`~policies.discovery.normalize_tag` (``Refunds Issue`` and ``refunds-issue`` both
   become ``refunds.issue``), without repeats, in card order.
-- An :class:`~reach.gateway.outbound_models.A2AMessage` becomes a ``SendMessageRequest``
+- An :class:`~reach.a2a.client.models.A2AMessage` becomes a ``SendMessageRequest``
   (:func:`build_request`), carrying reach's trace ID and caller in the message's metadata.
-- What comes back becomes an :class:`~reach.gateway.outbound_models.A2AReply` (:func:`reply_from`)
-  or a stream's :class:`~reach.gateway.outbound_models.A2AEvent` (:func:`event_from`). (Failures
-  become reach's errors in :mod:`reach.gateway.outbound_errors`.)
+- What comes back becomes an :class:`~reach.a2a.client.models.A2AReply` (:func:`reply_from`)
+  or a stream's :class:`~reach.a2a.client.models.A2AEvent` (:func:`event_from`). (Failures
+  become reach's errors in :mod:`reach.a2a.client.errors`.)
 - Whether the remote is available is decided from probe outcomes by :func:`after_probe`.
 """
 
@@ -36,7 +36,7 @@ from a2a.types.a2a_pb2 import (
 
 from policies.discovery import normalize_tag
 from reach.errors import ConfigError, ProtocolError
-from reach.gateway.outbound_models import A2AEvent, A2AEventKind, A2AMessage, A2AReply, A2AState
+from reach.a2a.client.models import A2AEvent, A2AEventKind, A2AMessage, A2AReply, A2AState
 
 #: The metadata key under which reach adds ``{"trace_id", "sender"}`` to every message it sends
 #: (the key reach's gateway answers its trace ID under, too).

@@ -22,7 +22,7 @@ from reach.errors import InvalidPayload, ReachError
 from reach.records import AgentRecord, AgentStatus
 from reach.schemas import SchemaRef
 
-log = logging.getLogger("reach.gateway.catalog")
+log = logging.getLogger("reach.a2a.server.catalog")
 
 #: How long the list of agents stays fresh (seconds).
 AGENTS_TTL_S = 1.0

@@ -28,10 +28,10 @@ from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 
 from reach.agent import reads_text
 from reach.errors import ReachError, SchemaError, SchemaIncompatible
-from reach.gateway._proto import to_python, to_value
-from reach.gateway.cards import JSON_MODE, SCHEMA_KEY, TEXT_MODE
-from reach.gateway.catalog import HandlerInfo
-from reach.gateway.errors import error_data
+from reach.a2a.server._proto import to_python, to_value
+from reach.a2a.server.cards import JSON_MODE, SCHEMA_KEY, TEXT_MODE
+from reach.a2a.server.catalog import HandlerInfo
+from reach.a2a.server.errors import error_data
 
 
 @dataclass(frozen=True, slots=True)

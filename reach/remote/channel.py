@@ -34,10 +34,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from reach.cluster import Cluster, RemoteHostPort
 from reach.errors import CodecError, ConfigError, ReachError
-from reach.gateway.auth import ANONYMOUS, bearer_token, principal_for
-from reach.gateway.channel_bridge import GONE, Bridge
-from reach.gateway.channel_server import REFUSAL
-from reach.gateway.options import GatewayOptions
+from reach.web.auth import ANONYMOUS, bearer_token, principal_for
+from reach.remote.bridge import GONE, Bridge
+from reach.remote.channel_server import REFUSAL
+from reach.web.options import GatewayOptions
 from reach.remote.wire import (
     CONNECT_PATH,
     DEFAULT_MAX_BATCH,
@@ -59,7 +59,7 @@ from reach.remote.wire import (
 )
 from reach.security.keys import Keyring
 
-log = logging.getLogger("reach.gateway.channel")
+log = logging.getLogger("reach.remote.channel")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@
   another's), and the agent is the one of the endpoint's path (none for the router).
 - :class:`ReachRequestHandler` is the SDK's ``DefaultRequestHandler`` with one step added
   before a message becomes a task: the :class:`Planner` resolves the agent (or the capability's
-  holders) and reads the message (:mod:`reach.gateway.parts`). A message that cannot be sent is
+  holders) and reads the message (:mod:`reach.a2a.server.parts`). A message that cannot be sent is
   refused with a JSON-RPC error and leaves no task behind. Tasks live in the store the replicas
   share; for a task running on another replica, CancelTask also cancels its handlers
   cluster-wide (by its trace; its replica then ends it as CANCELED), and SubscribeToTask follows
@@ -56,13 +56,13 @@ from starlette.requests import Request
 from reach import clock
 from reach.client import Link
 from reach.errors import AgentNotFound, ReachError
-from reach.gateway._proto import to_python
-from reach.gateway.cards import CAPABILITY_KEY
-from reach.gateway.catalog import Catalog
-from reach.gateway.errors import to_a2a
-from reach.gateway.events import timestamp
-from reach.gateway.executor import PLAN_KEY, Plan, ReachExecutor
-from reach.gateway.parts import read_message
+from reach.a2a.server._proto import to_python
+from reach.a2a.server.cards import CAPABILITY_KEY
+from reach.a2a.server.catalog import Catalog
+from reach.a2a.server.errors import to_a2a
+from reach.a2a.server.events import timestamp
+from reach.a2a.server.executor import PLAN_KEY, Plan, ReachExecutor
+from reach.a2a.server.parts import read_message
 from reach.protocol import new_id
 
 #: The ASGI scope key of the principal a request's token proved.
@@ -106,7 +106,7 @@ class ContextBuilder(DefaultServerCallContextBuilder):
 
 
 class Planner:
-    """Resolves what a SendMessage asks (see :class:`reach.gateway.executor.Plan`).
+    """Resolves what a SendMessage asks (see :class:`reach.a2a.server.executor.Plan`).
 
     Args:
         catalog: The agents and their handlers.
@@ -124,7 +124,7 @@ class Planner:
             UnsupportedOperationError: the message continues a task (reach tasks take one).
             InvalidParamsError: a role that is no A2A role, no such agent, no capability named
                 or no holder of it, or a payload that cannot be sent (see
-                :func:`reach.gateway.parts.read_message`).
+                :func:`reach.a2a.server.parts.read_message`).
             ContentTypeNotSupportedError: parts of a kind the agent does not read.
         """
         message = params.message

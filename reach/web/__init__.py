@@ -1,0 +1,1 @@
+"""What the outward-facing features share: the gateway's settings and its bearer tokens."""
