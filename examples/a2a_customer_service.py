@@ -50,9 +50,9 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
 import reach
-from reach.web.auth import token_for
 from reach.a2a.client.models import A2AMessage, A2AReply
 from reach.tools.customer_service import ORDERS, QUESTIONS, Answer, Question, classify, spawn_agents
+from reach.web.auth import token_for
 
 JS = Path(__file__).resolve().parents[1] / "interop" / "js"
 ROUTER = "router-1"

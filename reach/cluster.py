@@ -44,10 +44,10 @@ from reach.records import (
 if TYPE_CHECKING:
     from reach._runtime.tasks import TaskSpec
     from reach.agent import Agent
-    from reach.web.options import GatewayOptions
     from reach.remote.wire import Attached, Hello, WireRefusal
     from reach.security.guard import Guard, SecurityConfig
     from reach.supervision import SupervisorSpec
+    from reach.web.options import GatewayOptions
 
 #: What ``deliver`` returns: the IDs of requests for agents not there (re-route them), and a
 #: frame of the replies that were ready at once (or None).

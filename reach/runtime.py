@@ -40,7 +40,6 @@ from reach.errors import (
     ConfigError,
     ReachError,
 )
-from reach.web.options import GATEWAY_APP, GatewayOptions
 from reach.protocol import new_id
 from reach.records import AgentRecord, DeadLetter
 from reach.security.guard import (
@@ -53,6 +52,7 @@ from reach.security.guard import (
 )
 from reach.sessions import Session, find_session, open_session
 from reach.supervision import SupervisorRef, SupervisorSpec
+from reach.web.options import GATEWAY_APP, GatewayOptions
 
 log = logging.getLogger("reach.runtime")
 

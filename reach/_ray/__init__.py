@@ -43,9 +43,9 @@ from reach.errors import (
     ReachError,
     SessionNotFound,
 )
-from reach.web.options import DEFAULT_PORT, GatewayOptions
 from reach.remote.wire import DEFAULT_MAX_FRAME_BYTES
 from reach.security.guard import Guard, SecurityConfig, guard_for
+from reach.web.options import DEFAULT_PORT, GatewayOptions
 
 log = logging.getLogger("reach.ray")
 

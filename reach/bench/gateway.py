@@ -45,8 +45,8 @@ from reach.bench.callers import drive, free_port
 from reach.bench.httpload import Connection
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
-from reach.web.auth import token_for
 from reach.security.keys import Keyring
+from reach.web.auth import token_for
 
 AGENTS = 20
 TEXT = "你好，我的订单 A-1024 什么时候到？"

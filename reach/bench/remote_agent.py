@@ -40,11 +40,11 @@ from reach.bench.progress import PROGRESS_S
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
 from reach.cluster import CallLimits
-from reach.web.auth import token_for
 from reach.remote.channel import ChannelOptions, channel_routes
-from reach.web.options import GatewayOptions
 from reach.remote.wire import agent_secret
 from reach.security.keys import Keyring
+from reach.web.auth import token_for
+from reach.web.options import GatewayOptions
 
 TEXT = "你好，我的订单 A-1024 什么时候到？"
 GOAL_MSGS_PER_S = 400

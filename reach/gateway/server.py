@@ -46,12 +46,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reach import __version__
 from reach._runtime.names import INBOX_PREFIX, REMOTE_PREFIX
 from reach._runtime.tasks import cancel_trace_everywhere
-from reach.cluster import CallLimits, Cluster
-from reach.errors import AgentUnavailable, ConfigError, ReachError
-from reach.web.auth import ANONYMOUS, bearer_token, principal_for
 from reach.a2a.server.cards import agent_card, router_card
 from reach.a2a.server.catalog import Catalog
-from reach.remote.channel import ChannelOptions, channel_routes
 from reach.a2a.server.executor import ReachExecutor
 from reach.a2a.server.handler import (
     PRINCIPAL_SCOPE_KEY,
@@ -61,10 +57,14 @@ from reach.a2a.server.handler import (
     ReachRequestHandler,
 )
 from reach.a2a.server.intake import jsonrpc_routes
-from reach.web.options import GatewayOptions
 from reach.a2a.server.task_store import ReachTaskStore
+from reach.cluster import CallLimits, Cluster
+from reach.errors import AgentUnavailable, ConfigError, ReachError
+from reach.remote.channel import ChannelOptions, channel_routes
 from reach.security.keys import Keyring
 from reach.security.trail import AuditTrail
+from reach.web.auth import ANONYMOUS, bearer_token, principal_for
+from reach.web.options import GatewayOptions
 
 log = logging.getLogger("reach.gateway")
 

@@ -34,10 +34,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from reach.cluster import Cluster, RemoteHostPort
 from reach.errors import CodecError, ConfigError, ReachError
-from reach.web.auth import ANONYMOUS, bearer_token, principal_for
 from reach.remote.bridge import GONE, Bridge
 from reach.remote.channel_server import REFUSAL
-from reach.web.options import GatewayOptions
 from reach.remote.wire import (
     CONNECT_PATH,
     DEFAULT_MAX_BATCH,
@@ -58,6 +56,8 @@ from reach.remote.wire import (
     refusal,
 )
 from reach.security.keys import Keyring
+from reach.web.auth import ANONYMOUS, bearer_token, principal_for
+from reach.web.options import GatewayOptions
 
 log = logging.getLogger("reach.remote.channel")
 

@@ -55,8 +55,8 @@ from reach.cluster import (
     SupervisorPort,
 )
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
-from reach.web.options import DEFAULT_PORT, GatewayOptions
 from reach.security.guard import Guard, SecurityConfig, guard_for
+from reach.web.options import DEFAULT_PORT, GatewayOptions
 
 T = TypeVar("T")
 

@@ -249,9 +249,9 @@ def _gateway(args: argparse.Namespace) -> int:
 
 def _token(args: argparse.Namespace) -> int:
     from reach.errors import AuthError, ConfigError
-    from reach.web.auth import token_for
     from reach.security.guard import resolve_keyring
     from reach.security.keys import Keyring
+    from reach.web.auth import token_for
 
     try:
         ring = Keyring.load(resolve_keyring(args.keyring, create=args.keyring is None))

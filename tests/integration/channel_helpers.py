@@ -16,10 +16,8 @@ from typing import Any
 from ray_helpers import free_port
 
 from reach.cluster import CallLimits
-from reach.web.auth import token_for
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.channel_server import uvicorn_settings
-from reach.web.options import GatewayOptions
 from reach.remote.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     Declaration,
@@ -27,6 +25,8 @@ from reach.remote.wire import (
     frame_text,
     make_hello,
 )
+from reach.web.auth import token_for
+from reach.web.options import GatewayOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The remote host of the tests' replica.

@@ -34,6 +34,14 @@ from starlette.routing import Route
 
 import reach
 from reach import ChildSpec, SupervisorSpec, TaskState
+from reach.a2a.client.models import (
+    A2AEventKind,
+    A2AMessage,
+    A2AReply,
+    A2AState,
+    A2AStreamRequest,
+)
+from reach.a2a.client.proxy import connect, proxy_spec, read_card
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
@@ -43,14 +51,6 @@ from reach.errors import (
     ProtocolError,
     RequestTimeout,
     Severity,
-)
-from reach.a2a.client.proxy import connect, proxy_spec, read_card
-from reach.a2a.client.models import (
-    A2AEventKind,
-    A2AMessage,
-    A2AReply,
-    A2AState,
-    A2AStreamRequest,
 )
 from reach.records import AgentStatus
 

@@ -27,9 +27,9 @@ from pydantic import BaseModel
 from ray_helpers import free_port, start_gateway, wait_until
 
 import reach
-from reach.errors import AgentUnavailable, HandlerError, RequestTimeout, Severity
-from reach.a2a.client.proxy import connect
 from reach.a2a.client.models import A2AEventKind, A2AMessage, A2AState, A2AStreamRequest
+from reach.a2a.client.proxy import connect
+from reach.errors import AgentUnavailable, HandlerError, RequestTimeout, Severity
 from reach.records import AgentStatus
 
 JS = Path(__file__).resolve().parents[2] / "interop" / "js"

@@ -30,28 +30,6 @@ from a2a.utils import errors as a2a_errors
 from google.protobuf.json_format import MessageToDict
 
 import reach
-from reach.errors import (
-    AgentNotFound,
-    AgentUnavailable,
-    AuthError,
-    ConfigError,
-    HandlerError,
-    InvalidPayload,
-    InvalidTransition,
-    ProtocolError,
-    ReachError,
-    RequestTimeout,
-    Severity,
-    TaskCancelled,
-    TaskNotFound,
-)
-from reach.a2a.client.proxy import (
-    A2AProxy,
-    A2AStreamingProxy,
-    ProxyConfig,
-    proxy_spec,
-    read_card,
-)
 from reach.a2a.client.errors import check_reply, error_for
 from reach.a2a.client.mapping import (
     CARD_PATH,
@@ -77,6 +55,28 @@ from reach.a2a.client.models import (
     A2AReply,
     A2AState,
     A2AStreamRequest,
+)
+from reach.a2a.client.proxy import (
+    A2AProxy,
+    A2AStreamingProxy,
+    ProxyConfig,
+    proxy_spec,
+    read_card,
+)
+from reach.errors import (
+    AgentNotFound,
+    AgentUnavailable,
+    AuthError,
+    ConfigError,
+    HandlerError,
+    InvalidPayload,
+    InvalidTransition,
+    ProtocolError,
+    ReachError,
+    RequestTimeout,
+    Severity,
+    TaskCancelled,
+    TaskNotFound,
 )
 from reach.records import AgentStatus
 from reach.schemas import schema_registry

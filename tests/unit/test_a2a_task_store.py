@@ -35,9 +35,9 @@ from actors.session_storage import SqliteStorage, WriteBatch
 from reach import clock
 from reach._runtime.inline_sqlite import _InlineConnection
 from reach._runtime.names import STORE_NAME
+from reach.a2a.server.task_store import ReachTaskStore
 from reach.cluster import StorePort
 from reach.errors import AgentUnavailable, AuthError, ProtocolError
-from reach.a2a.server.task_store import ReachTaskStore
 from reach.testing import FakeCluster, run
 
 WORKING = TaskState.TASK_STATE_WORKING

@@ -21,13 +21,13 @@ import reach
 from reach import clock
 from reach.cluster import CallLimits
 from reach.errors import CodecError
-from reach.web.auth import token_for
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.channel_server import REFUSAL
-from reach.web.options import GatewayOptions
 from reach.remote.wire import CONNECT_PATH, CloseCode, Declaration, make_hello
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.testing import FakeCluster, eventually, run
+from reach.web.auth import token_for
+from reach.web.options import GatewayOptions
 
 FRAME_LIMIT = 4096
 

@@ -8,8 +8,6 @@ import pytest
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.utils.proto_utils import validate_proto_required_fields
 
-from reach.errors import ConfigError
-from reach.web.auth import SCHEME_NAME, bearer_token, principal_for, token_for
 from reach.a2a.server.cards import (
     SCHEMAS_EXTENSION,
     agent_card,
@@ -18,8 +16,10 @@ from reach.a2a.server.cards import (
     router_card,
 )
 from reach.a2a.server.catalog import AgentView, HandlerInfo
+from reach.errors import ConfigError
 from reach.records import AgentRecord
 from reach.security.keys import Keyring
+from reach.web.auth import SCHEME_NAME, bearer_token, principal_for, token_for
 
 ORDER = HandlerInfo("shop.order@1.2", "shop.status@1.0", json_schema={
     "type": "object", "properties": {"order_id": {"type": "integer"}}, "required": ["order_id"]})

@@ -17,13 +17,13 @@ from pydantic import BaseModel
 from test_gateway_server import Orders, call, on_gateway, order, rpc, send, sse
 
 import reach
-from reach.errors import Severity
 from reach.a2a.server._proto import MAX_VALUE_DEPTH
-from reach.web.auth import token_for
+from reach.errors import Severity
 from reach.gateway.server import GatewayServer
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.strict_json import depth
 from reach.testing import FakeCluster
+from reach.web.auth import token_for
 
 #: Words of Python's or SQLite's own errors: a client must never see them.
 INTERNALS = ("Traceback", "Exceeds the limit", "recursion", "codec can't", "SQLite",
@@ -371,8 +371,8 @@ def test_a_stored_task_holding_nan_is_read_and_saved_with_it_made_null() -> None
 def _context() -> Any:
     from a2a.server.context import ServerCallContext
 
-    from reach.web.auth import ANONYMOUS
     from reach.a2a.server.handler import Caller
+    from reach.web.auth import ANONYMOUS
 
     return ServerCallContext(user=Caller(ANONYMOUS))
 

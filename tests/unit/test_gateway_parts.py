@@ -17,6 +17,9 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
 import reach
+from reach.a2a.server.catalog import HandlerInfo
+from reach.a2a.server.errors import error_data, error_message, to_a2a
+from reach.a2a.server.parts import named_schema, read_message, reply_parts
 from reach.agent import reads_text
 from reach.errors import (
     AgentNotFound,
@@ -28,9 +31,6 @@ from reach.errors import (
     Severity,
     TaskNotFound,
 )
-from reach.a2a.server.catalog import HandlerInfo
-from reach.a2a.server.errors import error_data, error_message, to_a2a
-from reach.a2a.server.parts import named_schema, read_message, reply_parts
 
 ORDER_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "integer"},
                                                   "note": {"type": "string"}},

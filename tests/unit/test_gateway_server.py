@@ -16,11 +16,11 @@ from pydantic import BaseModel
 
 import reach
 from reach.errors import AgentUnavailable, ConfigError, Severity
-from reach.web.auth import token_for
-from reach.web.options import GatewayOptions
 from reach.gateway.server import GatewayServer
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.testing import FakeCluster, eventually, run
+from reach.web.auth import token_for
+from reach.web.options import GatewayOptions
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -537,8 +537,8 @@ def _anonymous() -> Any:
     """The call context of an unauthenticated caller (a gateway without auth)."""
     from a2a.server.context import ServerCallContext
 
-    from reach.web.auth import ANONYMOUS
     from reach.a2a.server.handler import Caller
+    from reach.web.auth import ANONYMOUS
 
     return ServerCallContext(user=Caller(ANONYMOUS))
 

@@ -19,10 +19,8 @@ import reach
 from reach import clock
 from reach.cluster import CallLimits, RemoteHostPort
 from reach.errors import AgentUnavailable, RequestTimeout, Severity
-from reach.web.auth import token_for
-from reach.remote.channel import ChannelOptions, channel_routes
-from reach.web.options import GatewayOptions
 from reach.records import AgentStatus
+from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.client import RemoteAgentRunner
 from reach.remote.wire import (
     CONNECT_PATH,
@@ -33,6 +31,8 @@ from reach.remote.wire import (
 )
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.testing import FakeCluster, eventually, run
+from reach.web.auth import token_for
+from reach.web.options import GatewayOptions
 
 HOST = "reach.remote.replica-1"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from reach.errors import CodecError
 from reach.a2a.server._proto import MAX_VALUE_DEPTH, to_value
+from reach.errors import CodecError
 from reach.remote.wire import DEFAULT_MAX_DEPTH
 from reach.strict_json import (
     MAX_DIGITS,

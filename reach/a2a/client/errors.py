@@ -16,6 +16,7 @@ import httpx
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError, AgentCardResolutionError
 from a2a.utils import errors as a2a_errors
 
+from reach.a2a.client.models import A2AState
 from reach.errors import (
     AgentNotFound,
     AgentUnavailable,
@@ -31,7 +32,6 @@ from reach.errors import (
     TaskCancelled,
     TaskNotFound,
 )
-from reach.a2a.client.models import A2AState
 
 
 def check_reply(state: A2AState, text: str, task_id: str, remote: str) -> None:

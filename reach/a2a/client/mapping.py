@@ -35,8 +35,8 @@ from a2a.types.a2a_pb2 import (
 )
 
 from policies.discovery import normalize_tag
-from reach.errors import ConfigError, ProtocolError
 from reach.a2a.client.models import A2AEvent, A2AEventKind, A2AMessage, A2AReply, A2AState
+from reach.errors import ConfigError, ProtocolError
 
 #: The metadata key under which reach adds ``{"trace_id", "sender"}`` to every message it sends
 #: (the key reach's gateway answers its trace ID under, too).

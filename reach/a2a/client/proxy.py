@@ -47,9 +47,6 @@ from a2a.types.a2a_pb2 import AgentCard, GetTaskRequest, SendMessageRequest
 from policies.backoff import poll_delay
 from policies.supervision import RestartType
 from reach._runtime.names import check_agent_ids
-from reach.agent import Agent, Packed, Placement, Text, handler
-from reach.context import Context
-from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
 from reach.a2a.client.errors import check_reply, error_for
 from reach.a2a.client.mapping import (
     BINDINGS,
@@ -75,6 +72,9 @@ from reach.a2a.client.models import (
     A2AState,
     A2AStreamRequest,
 )
+from reach.agent import Agent, Packed, Placement, Text, handler
+from reach.context import Context
+from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
 from reach.records import AgentRecord
 from reach.supervision import ChildSpec
 

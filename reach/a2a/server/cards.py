@@ -36,9 +36,9 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0, TransportProtocol
 
+from reach.a2a.server.catalog import AgentView, HandlerInfo
 from reach.agent import reads_text
 from reach.web.auth import SCHEME_NAME
-from reach.a2a.server.catalog import AgentView, HandlerInfo
 
 #: Media type of data parts (a payload of a schema).
 JSON_MODE = "application/json"

@@ -34,6 +34,7 @@ from typing import Any
 from a2a.types.a2a_pb2 import Message, Part, Role
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNotFoundError
 
+from reach.a2a.server._proto import to_value
 from reach.errors import (
     AgentNotFound,
     CodecError,
@@ -43,7 +44,6 @@ from reach.errors import (
     SchemaError,
     TaskNotFound,
 )
-from reach.a2a.server._proto import to_value
 from reach.protocol import new_id
 
 log = logging.getLogger("reach.a2a.server.errors")

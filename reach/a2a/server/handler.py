@@ -54,8 +54,6 @@ from a2a.utils.task import apply_history_length, validate_history_length
 from starlette.requests import Request
 
 from reach import clock
-from reach.client import Link
-from reach.errors import AgentNotFound, ReachError
 from reach.a2a.server._proto import to_python
 from reach.a2a.server.cards import CAPABILITY_KEY
 from reach.a2a.server.catalog import Catalog
@@ -63,6 +61,8 @@ from reach.a2a.server.errors import to_a2a
 from reach.a2a.server.events import timestamp
 from reach.a2a.server.executor import PLAN_KEY, Plan, ReachExecutor
 from reach.a2a.server.parts import read_message
+from reach.client import Link
+from reach.errors import AgentNotFound, ReachError
 from reach.protocol import new_id
 
 #: The ASGI scope key of the principal a request's token proved.

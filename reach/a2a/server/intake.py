@@ -34,8 +34,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from reach.errors import CodecError
 from reach.a2a.server.errors import error_data, internal_error, is_screened
+from reach.errors import CodecError
 from reach.strict_json import loads
 
 #: Longest ``A2A-Version`` header value read (``1.0`` is three characters).

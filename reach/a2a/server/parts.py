@@ -26,12 +26,12 @@ from typing import Any
 from a2a.types.a2a_pb2 import Message, Part
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 
-from reach.agent import reads_text
-from reach.errors import ReachError, SchemaError, SchemaIncompatible
 from reach.a2a.server._proto import to_python, to_value
 from reach.a2a.server.cards import JSON_MODE, SCHEMA_KEY, TEXT_MODE
 from reach.a2a.server.catalog import HandlerInfo
 from reach.a2a.server.errors import error_data
+from reach.agent import reads_text
+from reach.errors import ReachError, SchemaError, SchemaIncompatible
 
 
 @dataclass(frozen=True, slots=True)
