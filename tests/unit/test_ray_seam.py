@@ -77,9 +77,9 @@ class Shipped:
 
 # -- Ray's private names: two, in the seam, documented here -------------------------------------
 
-#: The private names of Ray that reach uses, all in the seam (reach/_ray/): resolving an address the way
-#: ``ray.init`` does without starting a Ray (``join``: Ray has no public resolver), and telling
-#: whether Serve runs without starting it (``start_gateway``: ``serve.status()`` would start it).
+#: The private names of Ray that reach uses, all in the seam (reach/_ray/): resolving an address
+#: the way ``ray.init`` does without starting a Ray (``join``: Ray has no public resolver), and
+#: telling whether Serve runs without starting it (``start_gateway``: ``serve.status()`` would start it).
 RAY_PRIVATE = {("ray._private.services", "canonicalize_bootstrap_address_or_die"),
                ("ray.serve.context", "_get_global_client")}
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,5 +105,6 @@ def test_no_module_but_the_seam_imports_a_private_name_of_ray() -> None:
     files = [f for d in ("reach", "actors", "policies") for f in (ROOT / d).rglob("*.py")]
     used = {f.relative_to(ROOT).as_posix(): _private_ray_imports(f) for f in files}
     users = {f for f, names in used.items() if names}
-    assert users and all(f.startswith("reach/_ray/") for f in users), users
+    assert users, used
+    assert all(f.startswith("reach/_ray/") for f in users), users
     assert set().union(*(used[f] for f in users)) == RAY_PRIVATE
