@@ -16,18 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from policies.supervision import Backoff, backoff_delay
 from reach.errors import InvalidTransition, Severity
-
-
-class TaskState(StrEnum):
-    """Where a task is in its life."""
-
-    INITIALIZED = "initialized"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    DEGRADED = "degraded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
+from reach.records import TaskState
 
 #: States a task never leaves.
 TERMINAL = frozenset({TaskState.COMPLETED, TaskState.DEGRADED, TaskState.FAILED,
@@ -128,3 +117,7 @@ class SeverityPolicy:
 #: The final state each ending action leads to.
 FINAL_STATE = {Action.DEGRADE: TaskState.DEGRADED, Action.ABORT: TaskState.FAILED,
                Action.FAIL: TaskState.FAILED}
+
+# TaskState is defined with the other records that cross processes; the state machine speaks it.
+__all__ = ["FINAL_STATE", "TERMINAL", "Action", "Decision", "SeverityPolicy", "TaskPolicy",
+           "TaskState", "transition"]

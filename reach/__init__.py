@@ -3,9 +3,15 @@
 The public surface is what ``__all__`` lists; every other module-level name is private.
 """
 
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
-
+from policies.acl import Acl, Rule
+from policies.backoff import Backoff
+from policies.sessions import Limits, PendingAction, Terms
+from policies.supervision import Intensity, RestartType, Strategy
+from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
+from reach._version import __version__
+from reach.agent import Agent, Dedicated, Packed, Placement, Text, handler
+from reach.client import Client
+from reach.context import Context
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
@@ -53,61 +59,18 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
+from reach.replies import Reply
+from reach.runtime import Runtime, init
 from reach.schemas import SchemaRef, SchemaRegistry, schema, schema_registry
-
-if _TYPE_CHECKING:
-    from policies.acl import Acl, Rule
-    from policies.backoff import Backoff
-    from policies.sessions import Limits, PendingAction, Terms
-    from policies.supervision import Intensity, RestartType, Strategy
-    from policies.tasks import SeverityPolicy, TaskPolicy, TaskState
-    from reach.agent import Agent, Dedicated, Packed, Placement, Text, handler
-    from reach.client import Client
-    from reach.context import Context
-    from reach.replies import Reply
-    from reach.runtime import Runtime, init
-    from reach.security.guard import SecurityConfig
-    from reach.sessions import Session
-    from reach.supervision import (
-        ChildSpec,
-        RemoteChild,
-        SupervisorRef,
-        SupervisorSpec,
-        TaskHandle,
-    )
-
-__version__ = "0.3.1"
-
-# The runtime names load on first use: `policies` imports reach's protocol modules, and the
-# runtime imports `policies`, so importing them eagerly here would make that a cycle.
-_LAZY = {
-    "Agent": "reach.agent", "Dedicated": "reach.agent", "Packed": "reach.agent",
-    "Placement": "reach.agent", "Text": "reach.agent", "handler": "reach.agent",
-    "Client": "reach.client", "Reply": "reach.replies", "Context": "reach.context",
-    "Runtime": "reach.runtime", "init": "reach.runtime",
-    "ChildSpec": "reach.supervision", "RemoteChild": "reach.supervision",
-    "SupervisorRef": "reach.supervision",
-    "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",
-    "Backoff": "policies.backoff", "Intensity": "policies.supervision",
-    "RestartType": "policies.supervision", "Strategy": "policies.supervision",
-    "SeverityPolicy": "policies.tasks", "TaskPolicy": "policies.tasks",
-    "TaskState": "policies.tasks",
-    "Session": "reach.sessions", "Limits": "policies.sessions",
-    "PendingAction": "policies.sessions", "Terms": "policies.sessions",
-    "SecurityConfig": "reach.security.guard", "Acl": "policies.acl", "Rule": "policies.acl",
-}
-
-
-def __getattr__(name: str) -> _Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reach' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+from reach.security.guard import SecurityConfig
+from reach.sessions import Session
+from reach.supervision import (
+    ChildSpec,
+    RemoteChild,
+    SupervisorRef,
+    SupervisorSpec,
+    TaskHandle,
+)
 
 __all__ = [
     "Acl",

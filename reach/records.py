@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from policies.tasks import TaskState
 from reach.errors import ErrorInfo
 
 
@@ -109,6 +108,17 @@ class Attempt:
     reason: str = ""
     decision: str = ""
     why: str = ""
+
+
+class TaskState(StrEnum):
+    """Where a task is in its life."""
+
+    INITIALIZED = "initialized"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from reach._runtime.metrics import export_through
 from reach._runtime.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
 from reach.cluster import (
     CallLimits,
@@ -661,5 +662,7 @@ def check_address(address: str | None) -> str:
         raise ConfigError(f"address must be a string, not {type(where).__name__}")
     return where
 
+
+export_through(metric_types)
 
 __all__ = ["RayCluster", "is_initialized", "join", "shutdown", "start", "translate"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("reach._runtime.metrics")
@@ -44,6 +45,24 @@ _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: Ray's Counter, Gauge and Histogram classes, or None off Ray.
+MetricTypes = Callable[[], tuple[Any, Any, Any] | None]
+
+
+def _no_metric_types() -> tuple[Any, Any, Any] | None:
+    return None
+
+
+_metric_types: MetricTypes = _no_metric_types
+
+
+def export_through(types: MetricTypes) -> None:
+    """Names where the metric classes come from (the seam to Ray calls it as it is imported),
+    so that counting needs no knowledge of Ray; until then nothing is exported."""
+    global _metric_types  # noqa: PLW0603 - one source of metric classes per process
+    _metric_types = types
+
+
 class _Metrics:
     """One process's metrics: Ray metric objects made on first use, counters summed locally.
 
@@ -61,9 +80,7 @@ class _Metrics:
 
     def _objects(self) -> dict[str, Any] | None:
         if self._ray is None:
-            from reach._ray import metric_types
-
-            types = metric_types()
+            types = _metric_types()
             if types is None:  # not on Ray (a test's fake cluster): counted, not exported
                 return None
             Counter, Gauge, Histogram = types  # noqa: N806 - Ray's classes

@@ -15,8 +15,6 @@ DEFAULT_SESSIONS = ".reach/sessions.db"
 #: The custom resource a cluster's head node gives (see cluster.yaml): where it exists, the
 #: session store is pinned to the node that has it, so that its SQLite file stays put.
 SESSION_RESOURCE = "reach_state"
-#: Where the embedded default keeps the deployment's keyring, under the current folder.
-DEFAULT_KEYRING = ".reach/keyring.json"
 #: Prefixes of host names: a dedicated host lives and dies with its one agent; pool hosts last.
 DEDICATED_PREFIX = "reach.host."
 POOL_PREFIX = "reach.pool."

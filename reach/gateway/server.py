@@ -43,9 +43,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reach import __version__
 from reach._runtime.names import INBOX_PREFIX, REMOTE_PREFIX
 from reach._runtime.tasks import cancel_trace_everywhere
+from reach._version import __version__
 from reach.a2a.server.cards import agent_card, router_card
 from reach.a2a.server.catalog import Catalog
 from reach.a2a.server.executor import ReachExecutor

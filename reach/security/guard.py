@@ -25,9 +25,16 @@ from typing import Any
 import msgpack
 
 from policies.acl import Acl, AclDecision, Rule, check
-from reach._runtime.names import DEFAULT_KEYRING
 from reach.errors import AuthError, ConfigError
-from reach.security.keys import REPLAY_WINDOW_S, Cipher, Keyring, Signature, Signer, Verifier
+from reach.security.keys import (
+    DEFAULT_KEYRING,
+    REPLAY_WINDOW_S,
+    Cipher,
+    Keyring,
+    Signature,
+    Signer,
+    Verifier,
+)
 
 log = logging.getLogger("reach.security.guard")
 

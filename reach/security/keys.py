@@ -35,6 +35,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from reach.errors import AuthError
 
+#: Where the embedded default keeps the deployment's keyring, under the current folder.
+DEFAULT_KEYRING = ".reach/keyring.json"
 #: How far a signature's timestamp may be from the verifier's clock, either way (seconds).
 REPLAY_WINDOW_S = 300.0
 #: Messages one process may encrypt under one data key before it must rotate (counter nonces).

@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 "keyring": _keyring, "gateway": _gateway, "token": _token}
     if args.command in commands:
         return commands[args.command](args)
-    from reach import __version__
+    from reach._version import __version__
 
     print(__version__)
     return 0
