@@ -60,7 +60,7 @@ from reach.records import (
     TaskResult,
 )
 from reach.replies import Reply
-from reach.runtime import Runtime, init
+from reach.runtime import Runtime, RuntimeConfig, init
 from reach.schemas import SchemaRef, SchemaRegistry, schema, schema_registry
 from reach.security.guard import SecurityConfig
 from reach.sessions import Session
@@ -118,6 +118,7 @@ __all__ = [
     "RestartType",
     "Rule",
     "Runtime",
+    "RuntimeConfig",
     "SchemaError",
     "SchemaEvolutionError",
     "SchemaIncompatible",

@@ -1,64 +1,139 @@
 """Starting reach: :func:`init` starts or joins Ray and finds (or starts) reach's processes.
 
-A :class:`Runtime` is a driver's handle on a deployment. It talks to the cluster only through
-:class:`reach.cluster.Cluster`; :func:`init` builds the Ray one (:mod:`reach._ray`), and a test
-passes :class:`reach.testing.FakeCluster` to :class:`Runtime` directly.
+A :class:`Runtime` is a user's handle on a deployment: a :class:`~reach.driver.Driver` (spawn,
+supervise, talk, sessions) with what faces outward (the A2A gateway, remote A2A agents). Its
+settings are one frozen :class:`RuntimeConfig`. :func:`init` builds the Ray cluster handle
+(:mod:`reach._ray`); a test passes a :class:`reach.testing.FakeCluster` to :class:`Runtime`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
-import secrets
-from collections.abc import Awaitable, Sequence
-from dataclasses import replace
+import warnings
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from policies.acl import Acl
-from policies.sessions import Terms
-from reach._runtime.directory import Directory
-from reach._runtime.metrics import metrics
-from reach._runtime.names import (
-    DEFAULT_SESSIONS,
-    DRIVER_PREFIX,
-    INBOX_PREFIX,
-    SESSION_RESOURCE,
-    is_dedicated,
-    supervisor_name,
-)
-from reach._runtime.spawner import Spawner, shape_key
-from reach._runtime.transport import Transport
-from reach.agent import Agent, Dedicated, Placement
-from reach.client import Client, Link
-from reach.cluster import CallLimits, Cluster, InboxPort
-from reach.errors import (
-    AgentNotFound,
-    AgentUnavailable,
-    AuthError,
-    ConfigError,
-    ReachError,
-)
-from reach.protocol import new_id
-from reach.records import AgentRecord, DeadLetter
-from reach.security.guard import (
-    ENCRYPTED_SESSION_PREFIX,
-    SecurityConfig,
-    acl_to_doc,
-    load_acl,
-    resolve_keyring,
-    signed_call,
-)
-from reach.sessions import Session, find_session, open_session
-from reach.supervision import SupervisorRef, SupervisorSpec
+from reach._runtime.names import DEFAULT_SESSIONS, REGISTRY_NAME, SESSION_RESOURCE
+from reach._runtime.spawner import shape_key
+from reach.agent import Dedicated
+from reach.cluster import CallLimits, Cluster
+from reach.driver import Driver
+from reach.errors import AuthError, ConfigError
+from reach.records import AgentRecord
+from reach.security.guard import SecurityConfig, resolve_keyring, signed_call
 from reach.web.options import GATEWAY_APP, GatewayOptions
+
+if TYPE_CHECKING:
+    from reach._ray import RayCluster
 
 log = logging.getLogger("reach.runtime")
 
+T = TypeVar("T")
 
-class Runtime:
-    """A driver's handle on reach: spawn agents, supervise them, talk to them, open sessions.
+#: How long a call of :func:`init` to the cluster may take before it is an error (seconds).
+INIT_CALL_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """reach's settings for one driver: :func:`init` takes them as one value or as keywords.
+
+    The first five are the deployment's: the driver that starts the registry and the session
+    store sets them, and a driver joining a running deployment cannot change them (it is warned,
+    with the names of those it gave, that they are ignored).
+
+    Attributes:
+        heartbeat_interval_s: Interval at which hosts heartbeat.
+        heartbeat_misses: Beats missed before a host's agents are marked offline.
+        session_path: The session store's SQLite file; default REACH_SESSIONS, else
+            ``.reach/sessions.db`` under the current folder.
+        session_resource: A custom resource that pins the store to one node of a cluster; by
+            default ``reach_state`` where the cluster has it (``cluster.yaml`` gives it to the
+            head node).
+        session_options: Options of the store (``synchronous``, ``group_commit``,
+            ``compact_after``, ``keep_last``, ``summariser``).
+        max_hops: Longest call chain accepted.
+        default_timeout_ms: Timeout of requests that give none.
+        sign: Sign envelopes, registrations and heartbeats, and refuse unsigned ones.
+        encrypt: Encrypt every payload (otherwise only sessions opened with ``encrypt=True``).
+        keyring: The deployment's keyring file; default REACH_KEYRING, else
+            ``.reach/keyring.json`` under the current folder (generated when missing).
+        acl: Who may call which capabilities: an :class:`~policies.acl.Acl` or a JSON file
+            (default: everyone may call everything).
+        audit_calls: Record every call's outcome in the audit log (refusals always are).
+        spares: Warm spare hosts kept ready per node, for the restarts of dedicated agents (one
+            of the default shape per node is started by :func:`init`; supervisors keep one of
+            each other shape in use); 0 turns them off. Each spare is an idle process (about
+            100 MB resident).
+    """
+
+    heartbeat_interval_s: float = 10.0
+    heartbeat_misses: int = 3
+    session_path: str | None = None
+    session_resource: str | None = None
+    session_options: Mapping[str, Any] = field(default_factory=dict)
+    max_hops: int = 16
+    default_timeout_ms: int = 30_000
+    sign: bool = True
+    encrypt: bool = False
+    keyring: str | Path | None = None
+    acl: Acl | str | Path | None = None
+    audit_calls: bool = True
+    spares: int = 1
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval_s <= 0 or self.heartbeat_misses < 1:
+            raise ConfigError("heartbeats need a positive interval and at least one miss, got "
+                              f"{self.heartbeat_interval_s} s and {self.heartbeat_misses}",
+                              details={"setting": "heartbeat_interval_s"})
+        if self.max_hops < 1 or self.default_timeout_ms <= 0:
+            raise ConfigError("max_hops and default_timeout_ms must be positive, got "
+                              f"{self.max_hops} and {self.default_timeout_ms}",
+                              details={"setting": "max_hops"})
+        if self.spares < 0:
+            raise ConfigError(f"spares must be 0 or more, got {self.spares}",
+                              details={"setting": "spares"})
+
+    #: The settings a running deployment keeps: its registry's and its session store's.
+    DEPLOYMENT = ("heartbeat_interval_s", "heartbeat_misses", "session_path",
+                  "session_resource", "session_options")
+
+    def given(self) -> list[str]:
+        """The names of the settings that differ from their defaults."""
+        default = RuntimeConfig()
+        return [f.name for f in dataclasses.fields(self)
+                if getattr(self, f.name) != getattr(default, f.name)]
+
+    @property
+    def limits(self) -> CallLimits:
+        """The limits every host and supervisor this driver starts shares."""
+        return CallLimits(self.max_hops, self.default_timeout_ms, self.spares)
+
+    def security(self) -> SecurityConfig:
+        """The deployment's security settings (the keyring's path resolved; generated when it
+        is the default one and missing).
+
+        Raises:
+            AuthError: an explicitly given keyring file is missing or unreadable.
+        """
+        keyring = (resolve_keyring(self.keyring, create=self.keyring is None) if self.sign
+                   else None)
+        return SecurityConfig(sign=self.sign, encrypt=self.encrypt, audit_calls=self.audit_calls,
+                              keyring=keyring)
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(RuntimeConfig))
+
+
+class Runtime(Driver):
+    """A user's handle on reach: a :class:`~reach.driver.Driver` (spawn agents, supervise them,
+    talk to them, open sessions) that also serves agents over A2A and calls remote A2A agents.
 
     Created by :func:`init` (on Ray), or directly on a :class:`~reach.cluster.Cluster` (a test's
     :class:`~reach.testing.FakeCluster`). Send with :attr:`client`. Close it with
@@ -73,207 +148,23 @@ class Runtime:
 
     def __init__(self, cluster: Cluster, limits: CallLimits | None = None, *,
                  owns_ray: bool = False) -> None:
-        self.cluster = cluster
-        self.limits = limits or CallLimits()
-        self.driver_id = secrets.token_hex(6)
-        inbox_name = f"{INBOX_PREFIX}{self.driver_id}"
-        self._inbox: InboxPort = cluster.start_inbox(inbox_name)
-        self.directory = Directory(cluster.registry())
-        self.transport = Transport(inbox_name, cluster,
-                                   on_dead_endpoint=self.directory.drop_endpoint,
-                                   on_expect=self._ensure_polling,
-                                   on_undelivered=self.directory.dead_letter)
-        self.link = Link(cluster, self.transport, self.directory, self.limits)
-        self.client = Client(self.link, f"{DRIVER_PREFIX}{self.driver_id}")
-        self._poller: asyncio.Task[None] | None = None
-        self.owns_ray = owns_ray
-        self.spawner = Spawner(cluster, self.limits)
+        super().__init__(cluster, limits, owns_ray=owns_ray)
+        self._checks: asyncio.Task[None] | None = None
+
+    async def ready(self) -> None:
+        """Waits for the checks :func:`init` left to the event loop it was called in (the
+        keyring's match with the cluster's, the warm spares, the ACL); at once otherwise.
+
+        Raises:
+            AuthError: this driver's keyring is not the cluster's.
+            ConfigError: the ACL is malformed.
+        """
+        if self._checks is not None:
+            await self._checks
 
     async def __aenter__(self) -> Runtime:
+        await self.ready()
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def _ensure_polling(self) -> None:
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
-
-    async def _poll(self) -> None:
-        """Takes the replies that reached this driver's inbox, for as long as the driver runs.
-
-        A frame that cannot be read is logged and skipped; an inbox that died (its node went)
-        fails every waiting request with AgentUnavailable instead of leaving it to time out.
-        """
-        failures = 0
-        while True:
-            try:
-                frames = await self._inbox.take()
-                failures = 0
-            except AgentUnavailable as exc:
-                failures += 1
-                if failures < 3:  # a transient failure of the call: try again shortly
-                    log.warning("taking replies from the inbox failed: %s", exc)
-                    await asyncio.sleep(0.1)
-                    continue
-                log.error("this driver's inbox is gone: %s", exc)  # noqa: TRY400 - no traceback
-                gone = AgentUnavailable(
-                    f"this driver's reply inbox died: {exc.message}",
-                    suggestion="start a new runtime (reach.init) to receive replies again")
-                for pending in list(self.transport.pending.values()):
-                    pending.settle(gone)
-                self.transport.pending.clear()
-                return
-            for frame in frames:
-                try:
-                    self.transport.accept_frame(frame)
-                except ReachError as exc:
-                    log.warning("skipped an unreadable reply frame: %s", exc)
-
-    # -- agents --------------------------------------------------------------------------------
-
-    async def spawn(self, cls: type[Agent], agent_id: str, *, placement: Placement | None = None,
-                    args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-                    ) -> AgentRecord:
-        """Starts an agent and registers it; returns its registry record.
-
-        Raises:
-            AgentAlreadyExists: an agent with that ID is live.
-            UnknownSchema: a handler reads a model that is not registered.
-        """
-        records = await self.spawn_many(cls, [agent_id], placement=placement, args=args,
-                                        kwargs=kwargs)
-        return records[0]
-
-    async def spawn_many(self, cls: type[Agent], agent_ids: Sequence[str], *,
-                         placement: Placement | None = None, args: Sequence[Any] = (),
-                         kwargs: dict[str, Any] | None = None) -> list[AgentRecord]:
-        """Starts several agents of one class (packed agents spread over the pool's hosts).
-
-        Raises:
-            AgentAlreadyExists: an ID is live.
-            AgentUnavailable: a placement requires resources no live node has.
-            Exception: what an agent's constructor or ``on_start`` raised.
-        """
-        self._ensure_polling()
-        records = await self.spawner.spawn(cls, agent_ids, placement or Dedicated(), args,
-                                           kwargs)
-        for record in records:
-            self.directory.learn(record)
-        return records
-
-    async def stop(self, agent_id: str, timeout_s: float = 5.0) -> None:
-        """Stops one agent: deregistered first, in-flight requests finish, then it is dropped.
-
-        Raises:
-            AgentNotFound: no agent has that ID.
-        """
-        rec = await self.cluster.registry().lookup(agent_id)
-        if rec is None or not rec.host:
-            raise AgentNotFound(f"no agent {agent_id!r} is registered",
-                                details={"agent_id": agent_id})
-        host = self.cluster.host(rec.host)
-        await host.remove_agents([agent_id], timeout_s)
-        self.directory.drop(agent_id)
-        if is_dedicated(rec.host):
-            await host.stop(timeout_s)
-            self.cluster.kill(host)
-
-    async def agents(self) -> list[AgentRecord]:
-        """Every registered agent."""
-        return await self.cluster.registry().agents()
-
-    async def dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
-        """Messages that could not be delivered, with their reasons, oldest first."""
-        return await self.cluster.registry().dead_letters(limit)
-
-    # -- supervision ---------------------------------------------------------------------------
-
-    async def supervise(self, spec: SupervisorSpec) -> SupervisorRef:
-        """Starts a supervision tree (its root is this spec, on this driver's node) and returns
-        its handle.
-
-        Raises:
-            AgentAlreadyExists: a supervisor with that name, or a child ID, is already live.
-            Exception: a child failed to start (what its constructor raised).
-        """
-        self._ensure_polling()
-        port = self.cluster.start_supervisor(spec, None, self.limits, self.cluster.node_id())
-        try:
-            await port.start()
-        except Exception:
-            self.cluster.kill(port)
-            raise
-        return SupervisorRef(port, spec.name, root=True, cluster=self.cluster)
-
-    def find_supervisor(self, name: str) -> SupervisorRef:
-        """A running supervisor by name.
-
-        Raises:
-            AgentNotFound: no supervisor of that name is running.
-        """
-        return SupervisorRef(self.cluster.supervisor(supervisor_name(name)), name)
-
-    # -- sessions ------------------------------------------------------------------------------
-
-    async def open_session(self, initiator: str, responder: str, terms: Terms | None = None,
-                           *, session_id: str | None = None, encrypt: bool = False) -> Session:
-        """Opens a session between two agents (``initiator`` may be this driver's client ID).
-
-        The responder is asked for its limits (``Agent.session_limits``) and the terms are
-        negotiated against them. With ``encrypt``, every payload of the session is encrypted
-        (its ID starts with ``enc-``, which every process reads the same way).
-
-        Raises:
-            ConfigError: ``encrypt`` while signing is off.
-            SessionRefused: a setting the responder cannot accept (named in the error).
-            AgentNotFound: the responder does not exist.
-        """
-        sid = session_id or new_id()
-        if encrypt:
-            if self.transport.codec.guard is None:
-                raise ConfigError("an encrypted session needs signing on (reach.init(sign=True))",
-                                  details={"setting": "encrypt"})
-            if not sid.startswith(ENCRYPTED_SESSION_PREFIX):
-                sid = ENCRYPTED_SESSION_PREFIX + sid
-        return await open_session(self.client, initiator, responder, terms or Terms(), sid)
-
-    async def session(self, session_id: str) -> Session:
-        """A handle on an existing session (to read its context, or resume it).
-
-        Raises:
-            SessionNotFound: no such session.
-        """
-        return await find_session(self.client, session_id)
-
-    # -- deployment ----------------------------------------------------------------------------
-
-    async def set_acl(self, acl: Acl | str | Path) -> int:
-        """Replaces the deployment's ACL (an :class:`~policies.acl.Acl` or a JSON file); every
-        host applies it by its next heartbeat. Returns the ACL's version.
-
-        Raises:
-            ConfigError: signing is off (an ACL needs identities), or the ACL is malformed.
-            AuthError: the registry refused this driver's signature.
-        """
-        return await self._acl_call(acl)
-
-    def _acl_call(self, acl: Acl | str | Path) -> Awaitable[int]:
-        """The registry call, signed by this driver, that installs ``acl`` (under way).
-
-        Raises:
-            ConfigError: signing is off, or the ACL is malformed.
-        """
-        guard = self.transport.codec.guard
-        if guard is None:
-            raise ConfigError("an ACL needs signing on: without identities it cannot be enforced",
-                              details={"setting": "acl"})
-        data, sig = signed_call(guard, self.client.sender, acl_to_doc(load_acl(acl)))
-        return self.cluster.registry().set_acl(self.client.sender, data, sig)
-
-    async def configure_heartbeat(self, interval_s: float, misses: int) -> None:
-        """Changes the heartbeat interval and miss count cluster-wide."""
-        await self.cluster.registry().configure(interval_s, misses)
 
     # -- reach from outside ---------------------------------------------------------------------
 
@@ -301,141 +192,108 @@ class Runtime:
         """Makes a remote A2A agent a reach agent: reads its card and registers a proxy agent
         that reach agents call by ID or capability like any other.
         See :func:`reach.a2a.client.proxy.connect` for the settings."""
+        # Loaded on first use: the A2A client brings the A2A SDK and httpx (about 20 MB and
+        # 0.2 s a process), and every reach process (each host of agents) imports reach.
         from reach.a2a.client.proxy import connect
 
         return await connect(self, url_or_card, **settings)
 
-    # -- closing -------------------------------------------------------------------------------
 
-    async def close(self, timeout_s: float = 5.0) -> None:
-        """Lets every envelope this driver queued leave, waits (up to ``timeout_s``) for the
-        replies still pending, then stops receiving. Agents keep running in the cluster."""
-        try:
-            await asyncio.wait_for(self._drain(), timeout_s)
-        except TimeoutError:
-            log.warning("closing: %d replies still pending after %.1f s",
-                        len(self.transport.pending), timeout_s)
-        await self._flush_audit(timeout_s)
-        self._stop_receiving()
-
-    async def _drain(self) -> None:
-        await self.transport.flush()
-        while self.transport.pending:
-            await asyncio.sleep(0.01)
-
-    def shutdown(self) -> None:
-        """Stops receiving at once (agents keep running in the cluster); prefer
-        :meth:`close`. Warns, with how many, when envelopes queued here had not left yet."""
-        queued = self.transport.queued()
-        if queued:
-            log.warning("shutdown dropped %d envelopes still queued in this driver's outboxes; "
-                        "await rt.close() lets them leave", queued)
-        self._stop_receiving()
-
-    def _stop_receiving(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-        self.transport.close()
-        metrics.flush()
-
-    async def _flush_audit(self, timeout_s: float) -> None:
-        """When this driver started its Ray (which goes when the driver does), the hosts write
-        their buffered audit records first."""
-        if not self.owns_ray:
-            return
-        try:
-            hosts = await self.cluster.registry().hosts()
-            calls = []
-            for name in hosts:
-                try:
-                    calls.append(self.cluster.host(name).flush_audit())
-                except AgentUnavailable:  # a host gone already
-                    continue
-            await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), timeout_s)
-        except (ReachError, TimeoutError) as exc:  # closing: report, never raise
-            log.warning("audit records of the hosts may not all be written: %s", exc)
-
-
-def init(address: str | None = None, *, heartbeat_interval_s: float = 10.0,
-         heartbeat_misses: int = 3, max_hops: int = 16, default_timeout_ms: int = 30_000,
-         session_path: str | None = None, session_resource: str | None = None,
-         session_options: dict[str, Any] | None = None, sign: bool = True,
-         encrypt: bool = False, keyring: str | Path | None = None,
-         acl: Acl | str | Path | None = None, audit_calls: bool = True, spares: int = 1,
-         **ray_init_kwargs: Any) -> Runtime:
+def init(address: str | None = None, config: RuntimeConfig | None = None,
+         **settings: Any) -> Runtime:
     """Connects to Ray (starting a local one when none is running) and finds reach's actors.
 
     Args:
         address: ``"auto"`` (the cluster running on this machine) or a cluster address; by
             default RAY_ADDRESS, else a new local Ray of this driver's own (never one that
             happens to run on the machine already, as ``ray.init()`` alone would join).
-        heartbeat_interval_s: Interval at which hosts heartbeat (when the registry is created).
-        heartbeat_misses: Beats missed before a host's agents are marked offline.
-        max_hops: Longest call chain accepted.
-        default_timeout_ms: Timeout of requests that give none.
-        session_path: The session store's SQLite file (when this call creates the store);
-            default REACH_SESSIONS, else ``.reach/sessions.db`` under the current folder.
-        session_resource: A custom resource that pins the store to one node on a cluster;
-            by default ``reach_state`` where the cluster has it (``cluster.yaml`` gives it to
-            the head node).
-        session_options: Options of the store (``synchronous``, ``group_commit``,
-            ``compact_after``, ``keep_last``, ``summariser``).
-        sign: Sign envelopes, registrations and heartbeats, and refuse unsigned ones.
-        encrypt: Encrypt every payload (otherwise only sessions opened with ``encrypt=True``).
-        keyring: The deployment's keyring file; default REACH_KEYRING, else
-            ``.reach/keyring.json`` under the current folder (generated when missing).
-        acl: Who may call which capabilities: an :class:`~policies.acl.Acl` or a JSON file
-            (default: everyone may call everything).
-        audit_calls: Record every call's outcome in the audit log (refusals always are).
-        spares: Warm spare hosts kept ready per node, for the restarts of dedicated agents (one
-            of the default shape per node is started here; supervisors keep one of each other
-            shape in use); 0 turns them off. Each spare is an idle process (about 100 MB resident).
-        **ray_init_kwargs: Passed to ``ray.init`` when this call starts or joins Ray.
+        config: reach's settings (:class:`RuntimeConfig`).
+        **settings: Each of :class:`RuntimeConfig`'s settings may be given as a keyword instead
+            (over ``config``'s); any other keyword goes to ``ray.init`` when this call starts
+            or joins Ray.
 
     The security settings travel to every process this driver starts with the cluster handle;
     the keyring's file must exist at the same path on every node. Idempotent: two drivers
-    calling it at once get the same registry.
+    calling it at once get the same registry. Settings that cannot apply are named in a
+    warning: the deployment's own (heartbeats, session store) when joining a running
+    deployment, and Ray's keywords when Ray already runs in this process.
+
+    Called with an event loop running (``async with reach.init() as rt``), the calls it makes
+    to the cluster's actors are not waited for on that loop's thread: they run on the loop, and
+    ``async with`` (or ``await rt.ready()``) waits for them, raising what they raise.
 
     Raises:
         AuthError: an explicitly given keyring file is missing or unreadable, or this driver's
             keyring is not the one the running cluster's registry was started with.
         ConfigError: a setting is invalid.
     """
+    # Ray loads where a process joins it: the remote agents' client imports reach and runs outside
+    # any cluster, without Ray (about 65 MB and 0.35 s a process).
     from reach import _ray
 
-    settings = SecurityConfig(
-        sign=sign, encrypt=encrypt, audit_calls=audit_calls,
-        keyring=resolve_keyring(keyring, create=keyring is None) if sign else None)
+    ours = {k: v for k, v in settings.items() if k in _FIELDS}
+    ray_kwargs = {k: v for k, v in settings.items() if k not in _FIELDS}
+    cfg = replace(config, **ours) if config is not None else RuntimeConfig(**ours)
+    security = cfg.security()
     starts = False
-    if not _ray.is_initialized():
+    if _ray.is_initialized():
+        if ray_kwargs:
+            _warn_ignored(sorted(ray_kwargs), "Ray already runs in this process")
+    else:
         where = _ray.check_address(address)
         starts = where == "local"
-        _ray.start(where, dict(ray_init_kwargs.pop("runtime_env", None) or {}),
-                   **ray_init_kwargs)
-    cluster = _ray.RayCluster(settings)
-    if session_resource is None and SESSION_RESOURCE in cluster.resources():
-        session_resource = SESSION_RESOURCE
-    cluster.start_registry(heartbeat_interval_s, heartbeat_misses, session_resource)
-    where_db = Path(session_path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS)).absolute()
-    cluster.start_store(str(where_db), session_resource, session_options or {})
-    runtime = Runtime(cluster, CallLimits(max_hops, default_timeout_ms, spares),
-                      owns_ray=starts)
+        _ray.start(where, dict(ray_kwargs.pop("runtime_env", None) or {}), **ray_kwargs)
+    cluster = _ray.RayCluster(security)
+    joined = REGISTRY_NAME in cluster.named()
+    if joined:
+        _warn_ignored([n for n in cfg.given() if n in RuntimeConfig.DEPLOYMENT],
+                      "this driver joined a running deployment, which keeps its own")
+    resource = cfg.session_resource
+    if resource is None and SESSION_RESOURCE in cluster.resources():
+        resource = SESSION_RESOURCE
+    cluster.start_registry(cfg.heartbeat_interval_s, cfg.heartbeat_misses, resource)
+    where_db = Path(cfg.session_path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS))
+    cluster.start_store(str(where_db.absolute()), resource, dict(cfg.session_options))
+    runtime = Runtime(cluster, cfg.limits, owns_ray=starts)
+    checks = _checks(runtime, cluster, cfg)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None:
+        asyncio.run(checks)
+    else:
+        runtime._checks = loop.create_task(checks)
+    return runtime
+
+
+def _warn_ignored(names: list[str], why: str) -> None:
+    if names:
+        warnings.warn(f"reach.init ignored {', '.join(names)}: {why}", stacklevel=3)
+
+
+async def _checks(runtime: Runtime, cluster: RayCluster, cfg: RuntimeConfig) -> None:
+    """What :func:`init` asks of the running cluster once its handles exist: that this driver's
+    keyring is the cluster's, that each node has its warm spares, and the ACL installed."""
     data, sig = signed_call(runtime.transport.codec.guard, runtime.client.sender, ["hello"])
     try:  # a driver with another deployment's keyring learns it here, not by timeouts
-        cluster.get(cluster.registry().check_key(runtime.client.sender, data, sig), 30.0)
+        await _within(cluster.registry().check_key(runtime.client.sender, data, sig))
     except AuthError as exc:
         raise AuthError(
             f"this driver's keyring does not match the cluster's: {exc.message}",
             suggestion="use the keyring file the cluster was started with "
                        "(reach.init(keyring=...) or REACH_KEYRING)",
             details=exc.details) from exc
-    if spares > 0:  # topped up: a second driver joining the cluster starts none
-        offered = cluster.get(cluster.registry().spares(), 30.0)
+    if cfg.spares > 0:  # topped up: a second driver joining the cluster starts none
+        offered = await _within(cluster.registry().spares())
         key = shape_key(Dedicated())
         for node in [n.node_id for n in cluster.nodes() if n.alive]:
-            missing = spares - len(offered.get(f"{node} {key}", ()))
+            missing = cfg.spares - len(offered.get(f"{node} {key}", ()))
             if missing > 0:
                 runtime.spawner.start_spares(Dedicated(), [node], missing)
-    if acl is not None:
-        cluster.get(runtime._acl_call(acl), 30.0)
-    return runtime
+    if cfg.acl is not None:
+        await _within(runtime._acl_call(cfg.acl))
+
+
+async def _within(call: Awaitable[T]) -> T:
+    return await asyncio.wait_for(call, INIT_CALL_S)

@@ -59,6 +59,7 @@ from reach.a2a.server.handler import (
 from reach.a2a.server.intake import jsonrpc_routes
 from reach.a2a.server.task_store import ReachTaskStore
 from reach.cluster import CallLimits, Cluster
+from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.security.keys import Keyring
@@ -100,9 +101,7 @@ class GatewayServer:
         self.options = options
         self.cluster = cluster
         self._keyring: Keyring | None = guard.keyring if options.auth and guard else None
-        from reach.runtime import Runtime
-
-        self.runtime = Runtime(cluster, CallLimits(default_timeout_ms=options.timeout_ms))
+        self.runtime = Driver(cluster, CallLimits(default_timeout_ms=options.timeout_ms))
         self.catalog = Catalog(cluster.registry(), cluster.host)
         self.trail = AuditTrail(cluster)
         self.executor = ReachExecutor(self.runtime.link, options, self._cancel_trace,

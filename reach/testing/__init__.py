@@ -54,6 +54,7 @@ from reach.cluster import (
     StorePort,
     SupervisorPort,
 )
+from reach.driver import Driver
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.web.options import DEFAULT_PORT, GatewayOptions
@@ -249,11 +250,10 @@ class FakeCluster:
             self, str(db), storage=SqliteStorage(db, connect=inline_connect)),
             self.driver_node, restarts=True)
 
-    def runtime(self, limits: CallLimits | None = None) -> Any:
-        """A driver's :class:`~reach.runtime.Runtime` on this cluster."""
-        from reach.runtime import Runtime
-
-        return Runtime(self, limits)
+    def runtime(self, limits: CallLimits | None = None) -> Driver:
+        """A driver on this cluster (``reach.Runtime(fake)`` for one that also starts the
+        gateway and connects remote A2A agents)."""
+        return Driver(self, limits)
 
     async def close(self) -> None:
         """Closes the session store's database."""

@@ -35,7 +35,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
@@ -74,12 +74,10 @@ from reach.a2a.client.models import (
 )
 from reach.agent import Agent, Packed, Placement, Text, handler
 from reach.context import Context
+from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
 from reach.records import AgentRecord
 from reach.supervision import ChildSpec
-
-if TYPE_CHECKING:
-    from reach.runtime import Runtime
 
 log = logging.getLogger("reach.a2a.client.proxy")
 
@@ -338,7 +336,7 @@ async def proxy_spec(url_or_card: str | AgentCard | Mapping[str, Any], *,
                      restart, kwargs={"config": config})
 
 
-async def connect(runtime: Runtime, url_or_card: str | AgentCard | Mapping[str, Any], *,
+async def connect(runtime: Driver, url_or_card: str | AgentCard | Mapping[str, Any], *,
                   agent_id: str | None = None, token: str | None = None,
                   headers: Mapping[str, str] | None = None,
                   capabilities: Sequence[str] | None = None,
