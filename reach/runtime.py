@@ -264,7 +264,14 @@ def init(address: str | None = None, config: RuntimeConfig | None = None,
         asyncio.run(checks)
     else:
         runtime._checks = loop.create_task(checks)
+        runtime._checks.add_done_callback(_report)
     return runtime
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    """Logs a failure of init's checks that nobody awaited (``rt.ready()`` raises it too)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("reach.init's checks of the cluster failed: %s", task.exception())
 
 
 def _warn_ignored(names: list[str], why: str) -> None:
