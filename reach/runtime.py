@@ -1,8 +1,8 @@
 """Starting reach: :func:`init` starts or joins Ray and finds (or starts) reach's processes.
 
 A :class:`Runtime` is a driver's handle on a deployment. It talks to the cluster only through
-:class:`reach.cluster.Cluster`; :func:`init` builds the Ray one (:mod:`reach._ray`), and a test
-passes :class:`reach.testing.FakeCluster` to :class:`Runtime` directly.
+:class:`~reach.ports.cluster.Cluster`; :func:`init` builds the Ray one (:mod:`reach._ray`), and a
+test passes :class:`reach.testing.FakeCluster` to :class:`Runtime` directly.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from reach._runtime.spawner import Spawner, shape_key
 from reach._runtime.transport import Transport
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
-from reach.cluster import CallLimits, Cluster, InboxPort
 from reach.errors import (
     AgentNotFound,
     AgentUnavailable,
@@ -40,6 +39,9 @@ from reach.errors import (
     ConfigError,
     ReachError,
 )
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
+from reach.ports.inbox import InboxPort
 from reach.protocol import new_id
 from reach.records import AgentRecord, DeadLetter
 from reach.security.guard import (
@@ -60,8 +62,8 @@ log = logging.getLogger("reach.runtime")
 class Runtime:
     """A driver's handle on reach: spawn agents, supervise them, talk to them, open sessions.
 
-    Created by :func:`init` (on Ray), or directly on a :class:`~reach.cluster.Cluster` (a test's
-    :class:`~reach.testing.FakeCluster`). Send with :attr:`client`. Close it with
+    Created by :func:`init` (on Ray), or directly on a :class:`~reach.ports.cluster.Cluster` (a
+    test's :class:`~reach.testing.FakeCluster`). Send with :attr:`client`. Close it with
     ``await rt.close()`` (or ``async with``), which lets what this driver sent leave first.
 
     Args:
