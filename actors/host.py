@@ -22,7 +22,6 @@ from reach._runtime.runner import AgentRunner, ReplySink
 from reach._runtime.transport import Transport
 from reach.agent import Agent, HandlerSpec, reads_text
 from reach.client import Link
-from reach.cluster import CallLimits, Cluster
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
@@ -31,6 +30,8 @@ from reach.errors import (
     ReachError,
     TaskCancelled,
 )
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.records import AgentExit, AgentRecord, AgentStatus
 from reach.security.guard import Guard, acl_from_doc, signed_call

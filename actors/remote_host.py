@@ -46,7 +46,6 @@ from reach import clock
 from reach._runtime.names import REMOTE_PREFIX, reserved_prefix
 from reach.agent import Agent, reads_text
 from reach.client import Client
-from reach.cluster import CallLimits, Cluster, RemoteHostPort
 from reach.errors import (
     AgentUnavailable,
     CodecError,
@@ -54,6 +53,9 @@ from reach.errors import (
     ProtocolError,
     ReachError,
 )
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
+from reach.ports.remote import RemoteHostPort
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.records import AgentRecord, AgentStatus
 from reach.remote.wire import (
@@ -114,7 +116,7 @@ class RemoteHost(AgentHost):
                           "the gateway", details={"setting": "placement"})
 
     async def attach(self, hello: Hello, principal: str) -> Attached | WireRefusal:
-        """See :meth:`reach.cluster.RemoteHostPort.attach`."""
+        """See :meth:`reach.ports.remote.RemoteHostPort.attach`."""
         refused = await self._check(hello)
         if refused is None:
             try:
@@ -184,7 +186,7 @@ class RemoteHost(AgentHost):
         return handed
 
     async def hand_over(self, agent_id: str, to: str) -> list[list[Any]] | None:
-        """See :meth:`reach.cluster.RemoteHostPort.hand_over`."""
+        """See :meth:`reach.ports.remote.RemoteHostPort.hand_over`."""
         runner = self.runners.get(agent_id)
         if runner is None or runner.conn is not None:
             return None
@@ -235,7 +237,7 @@ class RemoteHost(AgentHost):
                 "epoch": self.epochs.get(agent.id, 0)}
 
     async def refused(self, principal: str, agent_id: str, reason: str) -> None:
-        """See :meth:`reach.cluster.RemoteHostPort.refused`."""
+        """See :meth:`reach.ports.remote.RemoteHostPort.refused`."""
         self._refused(principal, agent_id, reason)
 
     def _refused(self, principal: str, agent_id: str, reason: str) -> None:
@@ -244,7 +246,7 @@ class RemoteHost(AgentHost):
                           msg_type="refused", outcome=f"refused: {reason}")
 
     async def detach(self, agent_id: str, conn: str, reason: str, goodbye: bool) -> None:
-        """See :meth:`reach.cluster.RemoteHostPort.detach`."""
+        """See :meth:`reach.ports.remote.RemoteHostPort.detach`."""
         runner = self.runners.get(agent_id)
         if runner is None or runner.conn != conn:
             return
@@ -268,7 +270,7 @@ class RemoteHost(AgentHost):
     # -- to and from the agent -----------------------------------------------------------------
 
     async def take(self, ready: dict[str, str]) -> dict[str, str | None]:
-        """See :meth:`reach.cluster.RemoteHostPort.take`."""
+        """See :meth:`reach.ports.remote.RemoteHostPort.take`."""
         while True:
             out: dict[str, str | None] = {}
             for agent_id, conn in ready.items():
@@ -316,13 +318,13 @@ class RemoteHost(AgentHost):
         return safe_envelopes_frame(kept + instead)[0]
 
     async def poke(self) -> None:
-        """See :meth:`reach.cluster.RemoteHostPort.poke`."""
+        """See :meth:`reach.ports.remote.RemoteHostPort.poke`."""
         self._poked = True
         self._signal.set()
 
     async def put(self, batches: list[tuple[str, str, list[dict[str, Any]]]],
                   ) -> dict[str, list[dict[str, Any]]]:
-        """See :meth:`reach.cluster.RemoteHostPort.put`."""
+        """See :meth:`reach.ports.remote.RemoteHostPort.put`."""
         refused: dict[str, list[dict[str, Any]]] = {}
         for agent_id, conn, items in batches:
             errors = self._put(agent_id, conn, items)

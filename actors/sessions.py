@@ -42,8 +42,8 @@ from reach._runtime.directory import Directory
 from reach._runtime.names import STORE_NAME
 from reach._runtime.transport import Transport
 from reach.client import Client, Link
-from reach.cluster import Cluster
 from reach.errors import AuthError, ProtocolError, ReachError, SessionNotFound
+from reach.ports.cluster import Cluster
 from reach.records import SessionContext, SessionMessage, SessionResume
 
 log = logging.getLogger("reach.sessions")

@@ -27,8 +27,10 @@ from reach._runtime.tasks import TaskRunner, TaskSpec, cancel_trace_everywhere
 from reach._runtime.transport import Transport
 from reach.agent import Dedicated
 from reach.client import Link
-from reach.cluster import CallLimits, Cluster, SupervisorPort
 from reach.errors import AgentAlreadyExists, AgentUnavailable, ReachError, RestartLimitExceeded
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
+from reach.ports.supervisors import SupervisorPort
 from reach.records import (
     AgentRecord,
     AgentStatus,

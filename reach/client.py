@@ -27,8 +27,9 @@ from reach._runtime.directory import NOTIFY_HOLD_S, PICK_FROM, Directory
 from reach._runtime.metrics import metrics
 from reach._runtime.store import StoreClient
 from reach._runtime.transport import STREAM_END_SCHEMA, StaleRoute, Transport
-from reach.cluster import CallLimits, Cluster
 from reach.errors import AgentUnavailable, ProtocolError, ReachError, RequestTimeout
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
 from reach.protocol import Envelope, MsgType
 from reach.records import AgentRecord
 from reach.replies import Reply, read_reply

@@ -3,7 +3,7 @@
 :class:`Driver` is what every process that acts on the cluster from outside an agent holds: a
 user's driver (through :class:`reach.Runtime`, which adds what faces outward: the gateway and
 remote A2A agents), a gateway replica, a test on the fake cluster. It talks to the cluster only
-through its ports (:mod:`reach.cluster`).
+through its ports (:mod:`reach.ports`).
 """
 
 
@@ -30,13 +30,15 @@ from reach._runtime.spawner import Spawner
 from reach._runtime.transport import Transport
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
-from reach.cluster import CallLimits, Cluster, InboxPort
 from reach.errors import (
     AgentNotFound,
     AgentUnavailable,
     ConfigError,
     ReachError,
 )
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
+from reach.ports.inbox import InboxPort
 from reach.protocol import new_id
 from reach.records import AgentRecord, DeadLetter
 from reach.security.guard import (

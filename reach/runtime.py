@@ -22,9 +22,10 @@ from policies.acl import Acl
 from reach._runtime.names import DEFAULT_SESSIONS, REGISTRY_NAME, SESSION_RESOURCE
 from reach._runtime.spawner import shape_key
 from reach.agent import Dedicated
-from reach.cluster import CallLimits, Cluster
 from reach.driver import Driver
 from reach.errors import AuthError, ConfigError
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
 from reach.records import AgentRecord
 from reach.security.guard import SecurityConfig, resolve_keyring, signed_call
 from reach.web.options import GATEWAY_APP, GatewayOptions
@@ -135,8 +136,8 @@ class Runtime(Driver):
     """A user's handle on reach: a :class:`~reach.driver.Driver` (spawn agents, supervise them,
     talk to them, open sessions) that also serves agents over A2A and calls remote A2A agents.
 
-    Created by :func:`init` (on Ray), or directly on a :class:`~reach.cluster.Cluster` (a test's
-    :class:`~reach.testing.FakeCluster`). Send with :attr:`client`. Close it with
+    Created by :func:`init` (on Ray), or directly on a :class:`~reach.ports.cluster.Cluster`
+    (a test's :class:`~reach.testing.FakeCluster`). Send with :attr:`client`. Close it with
     ``await rt.close()`` (or ``async with``), which lets what this driver sent leave first.
 
     Args:

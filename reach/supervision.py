@@ -24,8 +24,9 @@ from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach._runtime.tasks import TaskSpec
 from reach.agent import Agent, Dedicated, Placement
-from reach.cluster import Cluster, SupervisorPort
 from reach.errors import ErrorInfo, error_from_info
+from reach.ports.cluster import Cluster
+from reach.ports.supervisors import SupervisorPort
 from reach.records import SupervisorStatus, TaskResult
 from reach.schemas import schema_registry
 

@@ -1,6 +1,6 @@
 """reach on Ray: the one module of ``reach`` that imports Ray (``actors/`` aside).
 
-It implements :class:`reach.cluster.Cluster`: reach's processes are Ray actors (the classes of
+It implements :class:`reach.ports.cluster.Cluster`: reach's processes are Ray actors (the classes of
 ``actors/``, made remote here), a port is a typed proxy of an actor handle, and every Ray error
 is translated into reach's error tree in one place, :func:`translate`. It also starts or joins
 Ray for :func:`reach.init`, feeds ``ray.util.metrics``, and answers the questions ``reach status``
@@ -24,18 +24,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from reach._runtime.metrics import export_through
 from reach._runtime.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
-from reach.cluster import (
-    CallLimits,
-    Endpoint,
-    HostPort,
-    HostShape,
-    InboxPort,
-    NodeInfo,
-    RegistryPort,
-    RemoteHostPort,
-    StorePort,
-    SupervisorPort,
-)
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
@@ -44,6 +32,14 @@ from reach.errors import (
     ReachError,
     SessionNotFound,
 )
+from reach.ports.cluster import NodeInfo
+from reach.ports.endpoint import Endpoint
+from reach.ports.hosts import CallLimits, HostPort, HostShape
+from reach.ports.inbox import InboxPort
+from reach.ports.registry import RegistryPort
+from reach.ports.remote import RemoteHostPort
+from reach.ports.sessions import StorePort
+from reach.ports.supervisors import SupervisorPort
 from reach.remote.wire import DEFAULT_MAX_FRAME_BYTES
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.web.options import DEFAULT_PORT, GatewayOptions
@@ -202,7 +198,7 @@ def _received_class(key: str, blob: bytes) -> type:
 
 
 class RayCluster:
-    """The :class:`~reach.cluster.Cluster` on Ray: reach's processes are named actors in the
+    """The :class:`~reach.ports.cluster.Cluster` on Ray: reach's processes are named actors in the
     ``reach`` namespace. Pickles as its namespace and the handles of the registry and the
     session store when it has them (Ray restarts those two in place, so their handles stay
     good); other processes are looked up anew by name.
@@ -225,7 +221,7 @@ class RayCluster:
         return (RayCluster, (self.security, self.namespace, known))
 
     def guard(self) -> Guard | None:
-        """See :meth:`reach.cluster.Cluster.guard`."""
+        """See :meth:`reach.ports.cluster.Cluster.guard`."""
         return guard_for(self.security)
 
     def _port(self, name: str) -> _Port:
@@ -240,11 +236,11 @@ class RayCluster:
         return port
 
     def registry(self) -> RegistryPort:
-        """See :meth:`reach.cluster.Cluster.registry`."""
+        """See :meth:`reach.ports.cluster.Cluster.registry`."""
         return cast(RegistryPort, self._port(REGISTRY_NAME))
 
     def store(self) -> StorePort:
-        """See :meth:`reach.cluster.Cluster.store`."""
+        """See :meth:`reach.ports.cluster.Cluster.store`."""
         try:
             return cast(StorePort, self._port(STORE_NAME))
         except AgentUnavailable as exc:
@@ -252,15 +248,15 @@ class RayCluster:
                                   suggestion="start the runtime with reach.init() first") from exc
 
     def endpoint(self, name: str) -> Endpoint:
-        """See :meth:`reach.cluster.Cluster.endpoint`."""
+        """See :meth:`reach.ports.cluster.Cluster.endpoint`."""
         return cast(Endpoint, self._port(name))
 
     def host(self, name: str) -> HostPort:
-        """See :meth:`reach.cluster.Cluster.host`."""
+        """See :meth:`reach.ports.cluster.Cluster.host`."""
         return cast(HostPort, self._port(name))
 
     def supervisor(self, name: str) -> SupervisorPort:
-        """See :meth:`reach.cluster.Cluster.supervisor`."""
+        """See :meth:`reach.ports.cluster.Cluster.supervisor`."""
         try:
             return cast(SupervisorPort, self._port(name))
         except AgentUnavailable as exc:
@@ -268,11 +264,11 @@ class RayCluster:
                                 details={"supervisor": name}) from exc
 
     def forget(self, name: str) -> None:
-        """See :meth:`reach.cluster.Cluster.forget`."""
+        """See :meth:`reach.ports.cluster.Cluster.forget`."""
         self._ports.pop(name, None)
 
     def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
-        """See :meth:`reach.cluster.Cluster.start_host`."""
+        """See :meth:`reach.ports.cluster.Cluster.start_host`."""
         options: dict[str, Any] = {"name": name, "namespace": self.namespace}
         for key in ("num_cpus", "num_gpus", "memory"):
             if getattr(shape, key) is not None:
@@ -293,7 +289,7 @@ class RayCluster:
 
     def start_supervisor(self, spec: Any, parent: str | None, limits: CallLimits,
                          node_id: str) -> SupervisorPort:
-        """See :meth:`reach.cluster.Cluster.start_supervisor`."""
+        """See :meth:`reach.ports.cluster.Cluster.start_supervisor`."""
         from reach._runtime.names import supervisor_name
 
         name = supervisor_name(spec.name)
@@ -312,7 +308,7 @@ class RayCluster:
         return cast(SupervisorPort, port)
 
     def start_inbox(self, name: str) -> InboxPort:
-        """See :meth:`reach.cluster.Cluster.start_inbox`."""
+        """See :meth:`reach.ports.cluster.Cluster.start_inbox`."""
         # Hard affinity: the driver's node is alive while the driver is.
         here = NodeAffinitySchedulingStrategy(self.node_id(), soft=False)
         handle = _remote("inbox").options(name=name, namespace=self.namespace,
@@ -332,24 +328,24 @@ class RayCluster:
         return cast(RemoteHostPort, port)
 
     def kill(self, port: Endpoint) -> None:
-        """See :meth:`reach.cluster.Cluster.kill`."""
+        """See :meth:`reach.ports.cluster.Cluster.kill`."""
         self._ports.pop(port.name, None)
         handle = port.handle if isinstance(port, _Port) else None
         if handle is not None:
             ray.kill(handle)
 
     def node_id(self) -> str:
-        """See :meth:`reach.cluster.Cluster.node_id`."""
+        """See :meth:`reach.ports.cluster.Cluster.node_id`."""
         return str(ray.get_runtime_context().get_node_id())
 
     def nodes(self) -> Sequence[NodeInfo]:
-        """See :meth:`reach.cluster.Cluster.nodes`."""
+        """See :meth:`reach.ports.cluster.Cluster.nodes`."""
         found: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
         return [NodeInfo(str(n["NodeID"]), bool(n.get("Alive")), dict(n.get("Resources", {})))
                 for n in found]
 
     def restarted(self) -> bool:
-        """See :meth:`reach.cluster.Cluster.restarted`."""
+        """See :meth:`reach.ports.cluster.Cluster.restarted`."""
         # Ray's own property reads its deprecated ``actor_id`` and warns on every call: a user
         # should not see that warning for reach's use of it.
         with warnings.catch_warnings():
@@ -357,7 +353,7 @@ class RayCluster:
             return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
     def start_gateway(self, options: GatewayOptions) -> str:
-        """See :meth:`reach.cluster.Cluster.start_gateway`: a Ray Serve application."""
+        """See :meth:`reach.ports.cluster.Cluster.start_gateway`: a Ray Serve application."""
         from ray import serve
         from ray.serve.context import _get_global_client
 
@@ -405,7 +401,7 @@ class RayCluster:
         return options.base_url
 
     def stop_gateway(self, name: str) -> None:
-        """See :meth:`reach.cluster.Cluster.stop_gateway`."""
+        """See :meth:`reach.ports.cluster.Cluster.stop_gateway`."""
         from ray import serve
 
         try:

@@ -18,8 +18,8 @@ from functools import partial
 from typing import Any, TypeVar
 
 from reach import clock
-from reach.cluster import RegistryPort
 from reach.errors import AgentNotFound, AgentUnavailable, NoCapableAgent, ReachError
+from reach.ports.registry import RegistryPort
 from reach.protocol import Envelope
 from reach.records import AgentRecord, AgentStatus, DeadLetter
 

@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 from policies.discovery import Candidate, pick_least_loaded
 from reach._runtime.names import DEDICATED_PREFIX, POOL_PREFIX, check_agent_ids
 from reach.agent import Agent, Dedicated, Packed, Placement
-from reach.cluster import CallLimits, Cluster, HostPort, HostShape
 from reach.errors import AgentUnavailable
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.records import AgentRecord
 
 #: How often a dedicated host still waiting to be placed checks that some live node can take it.

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from reach.cluster import Cluster, StorePort
 from reach.errors import ErrorInfo, ReachError, error_from_info
+from reach.ports.cluster import Cluster
+from reach.ports.sessions import StorePort
 
 Message = dict[str, object]
 

@@ -29,7 +29,6 @@ from policies.tasks import (
 from reach import clock
 from reach._runtime.metrics import FLUSH_S, metrics
 from reach.client import Client, Link
-from reach.cluster import Cluster
 from reach.errors import (
     ErrorInfo,
     InvalidTransition,
@@ -38,6 +37,7 @@ from reach.errors import (
     TaskCancelled,
     TaskNotFound,
 )
+from reach.ports.cluster import Cluster
 from reach.protocol import new_id
 from reach.records import Attempt, AttemptOutcome, TaskResult
 

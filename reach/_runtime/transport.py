@@ -10,7 +10,8 @@ back the same way, batched, and are matched to their pending request by ``reques
 While a request waits on an endpoint, the transport keeps one ``watch`` call open on it; the
 cluster fails that call the moment the endpoint's process dies, so a dead host is an
 AgentUnavailable at once, not a hang until the deadline. Endpoints are ports of the
-:class:`~reach.cluster.Cluster` (the one seam to Ray), whose calls fail with reach's errors only.
+:class:`~reach.ports.cluster.Cluster` (the one seam to Ray), whose calls fail with reach's errors
+only.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reach._runtime.metrics import messages, metrics
-from reach.cluster import Cluster, Endpoint
 from reach.codec import Codec
 from reach.errors import AgentUnavailable, ProtocolError, ReachError
+from reach.ports.cluster import Cluster
+from reach.ports.endpoint import Endpoint
 from reach.protocol import Envelope, MsgType
 
 log = logging.getLogger("reach._runtime.transport")

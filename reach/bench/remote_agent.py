@@ -39,7 +39,7 @@ from reach.bench.callers import drive, free_port
 from reach.bench.progress import PROGRESS_S
 from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
-from reach.cluster import CallLimits
+from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.wire import agent_secret
 from reach.security.keys import Keyring

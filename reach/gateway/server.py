@@ -58,9 +58,10 @@ from reach.a2a.server.handler import (
 )
 from reach.a2a.server.intake import jsonrpc_routes
 from reach.a2a.server.task_store import ReachTaskStore
-from reach.cluster import CallLimits, Cluster
 from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.security.keys import Keyring
 from reach.security.trail import AuditTrail

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from reach.cluster import RemoteHostPort
 from reach.errors import CodecError, ReachError
+from reach.ports.remote import RemoteHostPort
 from reach.remote.wire import error_frame
 
 log = logging.getLogger("reach.remote.channel")

@@ -1,7 +1,7 @@
 """The gateway's WebSocket channel for remote agents: ``/v1/agents/connect``.
 
 A gateway replica holding a socket is only its bridge: the reach side of the agents connected
-through the replica is its :class:`~reach.cluster.RemoteHostPort` (``actors/remote_host.py``),
+through the replica is its :class:`~reach.ports.remote.RemoteHostPort` (``actors/remote_host.py``),
 which registers them, queues what is sent to them and sends what they send. The replica keeps
 two calls to it in flight at most, whatever the number of agents (:class:`Bridge`):
 
@@ -32,8 +32,9 @@ from typing import Any
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from reach.cluster import Cluster, RemoteHostPort
 from reach.errors import CodecError, ConfigError, ReachError
+from reach.ports.cluster import Cluster
+from reach.ports.remote import RemoteHostPort
 from reach.remote.bridge import GONE, Bridge
 from reach.remote.channel_server import REFUSAL
 from reach.remote.wire import (

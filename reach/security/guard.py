@@ -1,11 +1,11 @@
 """Security settings of a deployment, and the guard that applies them in one process.
 
 A deployment's settings (:class:`SecurityConfig`) travel with the cluster handle
-(:class:`reach.cluster.Cluster`) that every reach process is started with, so the registry, the
-session store, the hosts and the supervisors a driver starts all hold the same settings,
-explicitly. The keyring itself never travels: the settings name its file, which the operator
-places at the same path on every node (``ray up`` copies it with ``file_mounts``); an embedded
-deployment generates one under ``.reach/`` the first time.
+(:class:`~reach.ports.cluster.Cluster`) that every reach process is started with, so the
+registry, the session store, the hosts and the supervisors a driver starts all hold the same
+settings, explicitly. The keyring itself never travels: the settings name its file, which the
+operator places at the same path on every node (``ray up`` copies it with ``file_mounts``); an
+embedded deployment generates one under ``.reach/`` the first time.
 
 Each process builds its :class:`Guard` once per settings (:func:`guard_for`): the codec signs and
 verifies envelopes with it, encrypts and decrypts payloads, the hosts check the ACL with it, and

@@ -18,8 +18,8 @@ from collections import deque
 from typing import Any
 
 from reach import clock
-from reach.cluster import Cluster
 from reach.errors import ReachError
+from reach.ports.cluster import Cluster
 
 log = logging.getLogger("reach.audit")
 

@@ -1,7 +1,7 @@
 """A whole reach cluster in one event loop, on virtual time: the runtime's logic tested in ms.
 
 As httpx ships ``MockTransport`` and trio an ``autojump_clock``, reach ships :class:`FakeCluster`:
-an implementation of :class:`reach.cluster.Cluster` whose processes (hosts, registry, session
+an implementation of :class:`reach.ports.cluster.Cluster` whose processes (hosts, registry, session
 store, supervisors, inboxes) are the real classes of ``actors/``, run as objects in the test's own
 event loop. Calls between them go through the same typed ports as on Ray, with their arguments
 and results copied by pickling (as a process boundary would), and with Ray's failure semantics:
@@ -42,20 +42,16 @@ from reach import clock
 from reach._runtime.inline_sqlite import inline_connect
 from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
 from reach._runtime.virtual_time import EPOCH, VirtualClock, VirtualLoop
-from reach.cluster import (
-    CallLimits,
-    Endpoint,
-    HostPort,
-    HostShape,
-    InboxPort,
-    NodeInfo,
-    RegistryPort,
-    RemoteHostPort,
-    StorePort,
-    SupervisorPort,
-)
 from reach.driver import Driver
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
+from reach.ports.cluster import NodeInfo
+from reach.ports.endpoint import Endpoint
+from reach.ports.hosts import CallLimits, HostPort, HostShape
+from reach.ports.inbox import InboxPort
+from reach.ports.registry import RegistryPort
+from reach.ports.remote import RemoteHostPort
+from reach.ports.sessions import StorePort
+from reach.ports.supervisors import SupervisorPort
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.web.options import DEFAULT_PORT, GatewayOptions
 
@@ -186,7 +182,7 @@ def _copy(value: T) -> T:
 
 
 class FakeCluster:
-    """An in-process :class:`reach.cluster.Cluster` (see the module's docstring).
+    """An in-process :class:`reach.ports.cluster.Cluster` (see the module's docstring).
 
     Args:
         security: The deployment's settings (default: signing off).
@@ -313,21 +309,21 @@ class FakeCluster:
     # -- the Cluster interface -------------------------------------------------------------
 
     def guard(self) -> Guard | None:
-        """See :meth:`reach.cluster.Cluster.guard`."""
+        """See :meth:`reach.ports.cluster.Cluster.guard`."""
         return guard_for(self.security)
 
     def registry(self) -> RegistryPort:
-        """See :meth:`reach.cluster.Cluster.registry`."""
+        """See :meth:`reach.ports.cluster.Cluster.registry`."""
         return cast(RegistryPort, self._port(REGISTRY_NAME))
 
     def store(self) -> StorePort:
-        """See :meth:`reach.cluster.Cluster.store`."""
+        """See :meth:`reach.ports.cluster.Cluster.store`."""
         if STORE_NAME not in self._procs:
             raise SessionNotFound("no session store is running")
         return cast(StorePort, self._port(STORE_NAME))
 
     def endpoint(self, name: str) -> Endpoint:
-        """See :meth:`reach.cluster.Cluster.endpoint`."""
+        """See :meth:`reach.ports.cluster.Cluster.endpoint`."""
         proc = self._procs.get(name)
         if proc is None or (proc.dead and not proc.restarts):
             raise AgentUnavailable(f"{name} does not exist (its process is gone)",
@@ -335,11 +331,11 @@ class FakeCluster:
         return cast(Endpoint, self._port(name))
 
     def host(self, name: str) -> HostPort:
-        """See :meth:`reach.cluster.Cluster.host`."""
+        """See :meth:`reach.ports.cluster.Cluster.host`."""
         return cast(HostPort, self.endpoint(name))
 
     def supervisor(self, name: str) -> SupervisorPort:
-        """See :meth:`reach.cluster.Cluster.supervisor`."""
+        """See :meth:`reach.ports.cluster.Cluster.supervisor`."""
         try:
             return cast(SupervisorPort, self.endpoint(name))
         except AgentUnavailable as exc:
@@ -347,10 +343,10 @@ class FakeCluster:
                                 details={"supervisor": name}) from exc
 
     def forget(self, name: str) -> None:
-        """See :meth:`reach.cluster.Cluster.forget` (nothing is cached here)."""
+        """See :meth:`reach.ports.cluster.Cluster.forget` (nothing is cached here)."""
 
     def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
-        """See :meth:`reach.cluster.Cluster.start_host`."""
+        """See :meth:`reach.ports.cluster.Cluster.start_host`."""
         from actors.host import AgentHost
 
         live = self._procs.get(name)
@@ -373,7 +369,7 @@ class FakeCluster:
 
     def start_supervisor(self, spec: Any, parent: str | None, limits: CallLimits,
                          node_id: str) -> SupervisorPort:
-        """See :meth:`reach.cluster.Cluster.start_supervisor`."""
+        """See :meth:`reach.ports.cluster.Cluster.start_supervisor`."""
         from actors.supervisor import Supervisor
 
         name = supervisor_name(spec.name)
@@ -394,35 +390,35 @@ class FakeCluster:
         return cast(RemoteHostPort, self._port(name))
 
     def start_inbox(self, name: str) -> InboxPort:
-        """See :meth:`reach.cluster.Cluster.start_inbox`."""
+        """See :meth:`reach.ports.cluster.Cluster.start_inbox`."""
         from actors.inbox import Inbox
 
         self._start(name, Inbox, self.node_id())
         return cast(InboxPort, self._port(name))
 
     def kill(self, port: Endpoint) -> None:
-        """See :meth:`reach.cluster.Cluster.kill`: ends it for good (no restart)."""
+        """See :meth:`reach.ports.cluster.Cluster.kill`: ends it for good (no restart)."""
         proc = self._procs.get(port.name)
         if proc is not None:
             self._end(proc)
             del self._procs[port.name]
 
     def node_id(self) -> str:
-        """See :meth:`reach.cluster.Cluster.node_id`."""
+        """See :meth:`reach.ports.cluster.Cluster.node_id`."""
         proc = _current.get()
         return proc.node if proc is not None else self.driver_node
 
     def nodes(self) -> Sequence[NodeInfo]:
-        """See :meth:`reach.cluster.Cluster.nodes`."""
+        """See :meth:`reach.ports.cluster.Cluster.nodes`."""
         return [NodeInfo(n, up, dict(self._node_resources[n])) for n, up in self._nodes.items()]
 
     def restarted(self) -> bool:
-        """See :meth:`reach.cluster.Cluster.restarted`."""
+        """See :meth:`reach.ports.cluster.Cluster.restarted`."""
         proc = _current.get()
         return proc is not None and proc.incarnation > 0
 
     def start_gateway(self, options: GatewayOptions) -> str:
-        """See :meth:`reach.cluster.Cluster.start_gateway`: one replica, in this loop."""
+        """See :meth:`reach.ports.cluster.Cluster.start_gateway`: one replica, in this loop."""
         from reach.gateway.server import GatewayServer
 
         options = replace(options, port=options.port or DEFAULT_PORT)
@@ -430,7 +426,7 @@ class FakeCluster:
         return options.base_url
 
     def stop_gateway(self, name: str) -> None:
-        """See :meth:`reach.cluster.Cluster.stop_gateway`."""
+        """See :meth:`reach.ports.cluster.Cluster.stop_gateway`."""
         self.gateways.pop(name, None)
 
     # -- failures a test makes -------------------------------------------------------------

@@ -29,7 +29,10 @@ from reach.records import (
 
 if TYPE_CHECKING:
     from reach._ray import RayCluster
-    from reach.cluster import HostPort, NodeInfo, RegistryPort, SupervisorPort
+    from reach.ports.cluster import NodeInfo
+    from reach.ports.hosts import HostPort
+    from reach.ports.registry import RegistryPort
+    from reach.ports.supervisors import SupervisorPort
 
 T = TypeVar("T")
 

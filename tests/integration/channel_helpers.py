@@ -15,7 +15,7 @@ from typing import Any
 
 from ray_helpers import free_port
 
-from reach.cluster import CallLimits
+from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.channel_server import uvicorn_settings
 from reach.remote.wire import (

@@ -36,8 +36,8 @@ from reach import clock
 from reach._runtime.inline_sqlite import _InlineConnection
 from reach._runtime.names import STORE_NAME
 from reach.a2a.server.task_store import ReachTaskStore
-from reach.cluster import StorePort
 from reach.errors import AgentUnavailable, AuthError, ProtocolError
+from reach.ports.sessions import StorePort
 from reach.testing import FakeCluster, run
 
 WORKING = TaskState.TASK_STATE_WORKING

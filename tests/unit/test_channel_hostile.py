@@ -19,8 +19,8 @@ from test_remote_host import HOST, Gateway
 
 import reach
 from reach import clock
-from reach.cluster import CallLimits
 from reach.errors import CodecError
+from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.channel_server import REFUSAL
 from reach.remote.wire import CONNECT_PATH, CloseCode, Declaration, make_hello

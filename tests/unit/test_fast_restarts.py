@@ -197,7 +197,7 @@ def test_a_dedicated_agents_restart_takes_a_warm_spare_and_a_new_spare_takes_its
 
 
 def test_without_spares_a_dedicated_restart_starts_a_new_host() -> None:
-    from reach.cluster import CallLimits
+    from reach.ports.hosts import CallLimits
 
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime(CallLimits(spares=0))

@@ -1,7 +1,7 @@
 """Imports follow the layering: one seam to Ray, and decisions and the wire free of the runtime.
 
 - ``reach/_ray.py`` is the only module that imports Ray, anywhere in reach, actors or policies;
-- ``reach/_ray.py`` and ``reach/testing.py`` (the two implementations of ``reach.cluster``)
+- ``reach/_ray.py`` and ``reach/testing.py`` (the two implementations of ``reach.ports``)
   are the only modules of reach that import ``actors``;
 - ``policies`` imports neither Ray nor actors; reach's protocol modules import none of the three.
 """

@@ -17,8 +17,9 @@ from starlette.applications import Starlette
 
 import reach
 from reach import clock
-from reach.cluster import CallLimits, RemoteHostPort
 from reach.errors import AgentUnavailable, RequestTimeout, Severity
+from reach.ports.hosts import CallLimits
+from reach.ports.remote import RemoteHostPort
 from reach.records import AgentStatus
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.client import RemoteAgentRunner

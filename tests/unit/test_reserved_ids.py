@@ -27,8 +27,8 @@ from reach._runtime.names import (
     reserved_prefix,
 )
 from reach.a2a.client.proxy import connect, proxy_spec
-from reach.cluster import CallLimits, HostShape
 from reach.errors import ConfigError
+from reach.ports.hosts import CallLimits, HostShape
 from reach.remote.wire import CAPABILITY_PREFIX, CloseCode, Declaration, make_hello
 from reach.testing import FakeCluster, run
 

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import pytest
 
 from reach._runtime.names import supervisor_name
-from reach.cluster import NodeInfo
 from reach.errors import AgentNotFound, AgentUnavailable, ConfigError
+from reach.ports.cluster import NodeInfo
 from reach.records import (
     AgentRecord,
     AgentStatus,

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reach import clock
-from reach.cluster import HostPort, RegistryPort
 from reach.errors import InvalidPayload, ReachError
+from reach.ports.hosts import HostPort
+from reach.ports.registry import RegistryPort
 from reach.records import AgentRecord, AgentStatus
 from reach.schemas import SchemaRef
 
@@ -60,7 +61,7 @@ class HandlerInfo:
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> HandlerInfo:
-        """Reads one entry of :meth:`reach.cluster.HostPort.describe`."""
+        """Reads one entry of :meth:`reach.ports.hosts.HostPort.describe`."""
         return cls(str(doc["schema"]), doc.get("returns"), bool(doc.get("streaming")),
                    bool(doc.get("reads_text")), doc.get("json_schema"))
 

@@ -2,9 +2,9 @@
 
 A gateway replica may restart, and several replicas on any node answer for the same tasks, so a
 task cannot live in a replica's memory: :class:`ReachTaskStore` implements the SDK's ``TaskStore``
-over the session store's port (:class:`~reach.cluster.StorePort`), whose SQLite database outlives
-the store's own restarts. Each task is stored whole (its protobuf bytes) beside the columns it is
-found and listed by: its ID, context, owner, state and status timestamp.
+over the session store's port (:class:`~reach.ports.sessions.StorePort`), whose SQLite database
+outlives the store's own restarts. Each task is stored whole (its protobuf bytes) beside the
+columns it is found and listed by: its ID, context, owner, state and status timestamp.
 
 It behaves as the SDK's ``DatabaseTaskStore``: every call is scoped to the owner its
 ``owner_resolver`` reads from the call's context (another owner's task is not there), and
@@ -53,8 +53,8 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from policies.backoff import poll_delay
 from reach import clock
-from reach.cluster import StorePort
 from reach.errors import AgentUnavailable, AuthError
+from reach.ports.sessions import StorePort
 
 log = logging.getLogger("reach.gateway.tasks")
 

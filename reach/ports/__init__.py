@@ -1,0 +1,66 @@
+"""The one seam between reach's runtime and the processes it runs on: small typed ports.
+
+The runtime (transport, directory, client, sessions, tasks, spawner, supervisors, hosts) never
+talks to Ray. It talks to a :class:`~reach.ports.cluster.Cluster`, which finds, creates, calls,
+watches and kills reach's processes, and to the ports it hands out, one module per concern:
+
+- :mod:`reach.ports.endpoint`: the :class:`Endpoint` every process is (anything that takes
+  frames of envelopes and can be watched for death);
+- :mod:`reach.ports.hosts`: :class:`HostPort` (a host of agents), :class:`HostShape`,
+  :class:`CallLimits`;
+- :mod:`reach.ports.registry`: :class:`RegistryPort`;
+- :mod:`reach.ports.sessions`, :mod:`reach.ports.audit`, :mod:`reach.ports.a2a_tasks`: what the
+  session store keeps (sessions and pending requests, the audit log, the A2A gateway's tasks);
+- :mod:`reach.ports.supervisors`: :class:`SupervisorPort`;
+- :mod:`reach.ports.inbox`: :class:`InboxPort` (a driver's reply inbox);
+- :mod:`reach.ports.cluster`: the :class:`Cluster` itself and :class:`NodeInfo`.
+
+A module of reach imports the port modules it uses, not this package (which imports them all).
+
+Two implementations exist, as httpx has a real transport and ``MockTransport``:
+
+- :mod:`reach._ray` runs each process as a Ray actor; it is the only module of ``reach`` that
+  imports Ray, and it translates every Ray error into reach's error tree in one place;
+- :mod:`reach.testing` runs them all in one event loop, with a clock the test controls, so the
+  runtime's logic is proven in milliseconds without a cluster.
+
+A call on a port starts when it is made (a port method is not a coroutine function: it returns
+an awaitable of a call already under way), so a caller that does not await a fire-and-forget
+call (a dead letter, an audit record) still makes it. Every failure of a call arrives as a
+:class:`~reach.errors.ReachError`: :class:`~reach.errors.AgentUnavailable` when the process is
+dead or unreachable, the remote side's own ReachError otherwise, or the exception an agent's
+constructor raised when a host could not start it.
+
+A host need not be a Ray actor: anything implementing :class:`HostPort` (a gateway replica
+holding WebSockets to agents outside the cluster, a proxy of a remote A2A agent) is routed to,
+batched to, supervised and audited like any other host.
+"""
+
+from reach.ports.a2a_tasks import A2ATaskPort
+from reach.ports.audit import AuditPort
+from reach.ports.cluster import Cluster, NodeInfo
+from reach.ports.endpoint import Delivered, Endpoint
+from reach.ports.hosts import CallLimits, HostPort, HostShape
+from reach.ports.inbox import InboxPort
+from reach.ports.registry import RegistryPort
+from reach.ports.remote import RemoteHostPort
+from reach.ports.sessions import SessionsPort, StorePort
+from reach.ports.supervisors import SupervisorPort
+
+__all__ = [
+    "A2ATaskPort",
+    "AuditPort",
+    "CallLimits",
+    "Cluster",
+    "Delivered",
+    "Endpoint",
+    "HostPort",
+    "HostShape",
+    "InboxPort",
+    "NodeInfo",
+    "RegistryPort",
+    "RemoteHostPort",
+    "SessionsPort",
+    "StorePort",
+    "SupervisorPort",
+]

@@ -1,0 +1,46 @@
+"""The port of the A2A gateway's task storage (each task a serialized ``Task``, owned by one
+caller)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Protocol
+
+
+class A2ATaskPort(Protocol):
+    """The A2A gateway's tasks (kept by the session store), each owned by one caller."""
+
+    def a2a_save(self, task_id: str, owner: str, *, context_id: str, state: int,
+                 updated: int | None, doc: bytes) -> Awaitable[None]:
+        """Saves (inserts or replaces) an A2A task of ``owner``: its context, ``TaskState``
+        number, status timestamp in epoch nanoseconds (None if none) and serialized ``Task``;
+        AuthError if the task ID is another owner's."""
+        ...
+
+    def a2a_save_many(self, rows: list[tuple[str, str, str, int, int | None, bytes]],
+                      ) -> Awaitable[list[bool]]:
+        """Saves A2A tasks in order, in one commit (each row ``(task_id, owner, context_id,
+        state, updated, doc)``); for each, whether it was saved (False: another owner's ID)."""
+        ...
+
+    def a2a_get(self, task_id: str, owner: str) -> Awaitable[bytes | None]:
+        """An A2A task's serialized ``Task``, if ``owner`` has that task."""
+        ...
+
+    def a2a_list(self, owner: str, *, context_id: str = "", state: int = 0,
+                 updated_after: int | None = None, page_size: int,
+                 after: tuple[int | None, str] | None = None, inclusive: bool = False,
+                 ) -> Awaitable[tuple[list[bytes], tuple[int | None, str] | None, int]]:
+        """A page of an owner's A2A tasks, by status timestamp then task ID, both descending
+        (tasks without a timestamp last), filtered by context, state and timestamp (``""``,
+        0, None: no filter), starting past the position ``after`` (``(updated, task_id)``; at
+        it if ``inclusive``): the page, the position of its last task if more follow, and how
+        many tasks pass the filters in all."""
+        ...
+
+    def a2a_delete(self, task_id: str, owner: str) -> Awaitable[bool]:
+        """Deletes an A2A task of ``owner``; False if the owner had none."""
+        ...
+
+
+__all__ = ["A2ATaskPort"]

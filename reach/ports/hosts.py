@@ -1,0 +1,112 @@
+"""The port of a host of agents, how a new host is placed, and the limits hosts share."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from reach.ports.endpoint import Endpoint
+from reach.records import AgentExit, AgentRecord
+
+if TYPE_CHECKING:
+    from reach.agent import Agent
+
+
+class HostPort(Endpoint, Protocol):
+    """A host of agents: one (dedicated) or many (a pool host)."""
+
+    def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+                   kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+                   ) -> Awaitable[list[AgentRecord]]:
+        """Constructs, starts and registers agents, each with an epoch of at least ``epochs``'
+        (when given); their records (AgentAlreadyExists, or what a constructor raised, on
+        failure: nothing is then added)."""
+        ...
+
+    def remove_agents(self, agent_ids: list[str], timeout_s: float) -> Awaitable[int]:
+        """Deregisters agents, lets their handlers finish, drops them; how many were here."""
+        ...
+
+    def watch_agent(self, agent_id: str) -> Awaitable[AgentExit]:
+        """Returns when the agent leaves this host (fails if the host dies)."""
+        ...
+
+    def cancel_trace(self, trace_id: str, reason: str) -> Awaitable[int]:
+        """Cancels every running handler of a trace; how many."""
+        ...
+
+    def count(self) -> Awaitable[int]:
+        """How many agents are here."""
+        ...
+
+    def stop(self, timeout_s: float) -> Awaitable[None]:
+        """Removes every agent gracefully and releases the watches."""
+        ...
+
+    def flush_audit(self) -> Awaitable[int]:
+        """Writes the buffered audit records now; how many."""
+        ...
+
+    def info(self) -> Awaitable[dict[str, Any]]:
+        """Agents here with their loads, transport counters and resident memory (for tools)."""
+        ...
+
+    def describe(self, agent_ids: list[str]) -> Awaitable[dict[str, list[dict[str, Any]]]]:
+        """The handlers of these agents (those here): for each, a list of
+        ``{"schema", "returns", "streaming", "reads_text", "json_schema"}``."""
+        ...
+
+    def offer_as_spare(self, shape: str) -> Awaitable[None]:
+        """Offers this empty host to the registry as a warm spare of ``shape`` (until it is
+        given agents), heartbeating so that a dead spare is never handed out for long."""
+        ...
+
+    def preload(self, classes: list[type[Agent]]) -> Awaitable[int]:
+        """Keeps agent classes this host is likely to be given loaded, ahead of their agents;
+        how many it keeps."""
+        ...
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """How a new host is placed and what it reserves.
+
+    Attributes:
+        num_cpus: CPUs reserved (the platform's default when None).
+        num_gpus: GPUs reserved.
+        memory: Bytes of memory reserved.
+        resources: Custom resources required of its node.
+        node_id: The node it should run on.
+        node_strict: Only that node (otherwise: prefer it, go elsewhere when it is gone).
+        lasting: A pool host: named, shared, outlives its creator. When it dies it is not
+            restarted by the platform (so that its death is known at once): whoever needs it
+            starts it again under the same name (see the spawner).
+    """
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    memory: int | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
+    node_id: str | None = None
+    node_strict: bool = False
+    lasting: bool = False
+
+
+@dataclass(frozen=True)
+class CallLimits:
+    """Settings every host and supervisor of a deployment shares.
+
+    Attributes:
+        max_hops: Longest call chain accepted.
+        default_timeout_ms: Timeout of requests that give none.
+        spares: Warm spare hosts kept ready per node and resource shape of dedicated agents
+            (0: none; a dedicated agent's restart then waits for a new process).
+    """
+
+    max_hops: int = 16
+    default_timeout_ms: int = 30_000
+    spares: int = 1
+
+
+__all__ = ["CallLimits", "HostPort", "HostShape"]
