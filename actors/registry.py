@@ -4,26 +4,30 @@ It is a named, detached actor that Ray restarts when its process dies; it then s
 rebuilds its table within one heartbeat interval, because every host whose heartbeat is answered
 with "unknown" agents re-registers them. It is never in the message path: clients resolve IDs and
 capabilities here and cache the answers.
+
+It also keeps what every process must see the same: the deployment's ACL, the warm spare hosts
+(:mod:`actors.spare_pool`) and the remote agents' hello nonces (:mod:`actors.hello_nonces`).
+The records and their capability index are its table (:mod:`actors.agent_table`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import heapq
 import os
 import time
 from collections import deque
 from typing import Any
 
 from actors._mem import rss_bytes
-from policies.discovery import Candidate, close_matches, find_holders, match_kind
+from actors.agent_table import AgentTable
+from actors.hello_nonces import HelloNonces
+from actors.spare_pool import SparePool
 from policies.routing import heartbeat_expired, next_epoch
 from reach import clock
 from reach._runtime.metrics import metrics
 from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, REMOTE_PREFIX, SUPERVISOR_PREFIX
-from reach.errors import AgentAlreadyExists, AgentUnavailable, AuthError
+from reach.errors import AgentAlreadyExists, AuthError
 from reach.ports.cluster import Cluster
 from reach.records import AgentRecord, AgentStatus, DeadLetter
 from reach.security.guard import acl_from_doc, open_call
@@ -31,12 +35,6 @@ from reach.security.trail import AuditTrail
 
 ONLINE, OFFLINE = AgentStatus.ONLINE, AgentStatus.OFFLINE
 RECOVERING, RESTARTING = AgentStatus.RECOVERING, AgentStatus.RESTARTING
-
-#: Hello nonces held at most, each until it expires (about 21 MB; with the default 300 s window,
-#: so 600 s each, room for some 160 hellos a second without pause).
-NONCE_LIMIT = 100_000
-#: The longest a nonce is held, whatever its caller asks (seconds).
-NONCE_TTL_MAX_S = 3600.0
 
 
 class Registry:
@@ -51,11 +49,8 @@ class Registry:
     def __init__(self, cluster: Cluster, interval_s: float = 10.0, misses: int = 3) -> None:
         self.interval_s = interval_s
         self.misses = misses
-        self.records: dict[str, AgentRecord] = {}
-        self.by_tag: dict[str, set[str]] = {}
+        self.records = AgentTable()
         self.last_seen: dict[str, float] = {}
-        # Invariant: cands[i] mirrors records[i]'s capabilities, description, status and load.
-        self.cands: dict[str, Candidate] = {}
         self.dead_letters_: deque[DeadLetter] = deque(maxlen=10_000)
         self._expiry: asyncio.Task[None] | None = None
         self.incarnation = os.urandom(8).hex()  # new after every restart
@@ -70,15 +65,9 @@ class Registry:
         self.acl_doc: dict[str, Any] | None = None
         self.acl_version = 0
         self._statuses: set[AgentStatus] = {ONLINE}
-        # Warm spares: host name -> (node, shape), offered by empty hosts, taken by claims.
-        self.spares_: dict[str, tuple[str, str]] = {}
-        # Lookups waiting for an agent's record to change (its new incarnation registering).
-        self._changes: dict[str, asyncio.Event] = {}
-        # Hello nonces claimed: nonce -> expiry (wall clock); the heap orders them by expiry.
-        # Invariant: the heap holds exactly the items of nonces.
-        self.nonces: dict[str, float] = {}
-        self._nonce_expiry: list[tuple[float, str]] = []
-        self.nonce_limit = NONCE_LIMIT
+        # Warm spares, offered by empty hosts, taken by claims.
+        self.spare_pool = SparePool()
+        self.nonces = HelloNonces()
 
     def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
         """The arguments of a call signed by ``host``; a refusal is audited and raised."""
@@ -122,7 +111,7 @@ class Registry:
         self._start()
         # A host given agents is a spare no more, even if an offer it sent before crossed the
         # claim that took it (or it would be handed out again, agents and all).
-        self.spares_.pop(host, None)
+        self.spare_pool.drop(host)
         if exclusive:
             for e in entries:
                 old = self.records.get(e["agent_id"])
@@ -136,34 +125,15 @@ class Registry:
         now = clock.monotonic()
         for e in entries:
             old = self.records.get(e["agent_id"])
-            if old is not None:
-                self._unindex(old)
             # A host re-registering what it already holds keeps the epoch; a new start grows it.
             same = old is not None and old.host == e["host"] and not exclusive
             epoch = next_epoch(None if old is None else old.epoch, same, e.get("epoch", 0))
             rec = AgentRecord(e["agent_id"], tuple(e["capabilities"]), e["description"],
                               e["host"], e["node"], ONLINE, 0, epoch)
-            self._put(rec)
-            for tag in rec.capabilities:
-                self.by_tag.setdefault(tag, set()).add(rec.agent_id)
+            self.records.register(rec)
             self.last_seen[rec.host] = now
             epochs.append(epoch)
         return epochs
-
-    def _put(self, rec: AgentRecord) -> None:
-        """Stores a record and mirrors it for discovery."""
-        self.records[rec.agent_id] = rec
-        self._changed(rec.agent_id)
-        self.cands[rec.agent_id] = Candidate(rec.agent_id, rec.capabilities, rec.description,
-                                             rec.status is ONLINE, rec.load)
-
-    def _unindex(self, rec: AgentRecord) -> None:
-        for tag in rec.capabilities:
-            ids = self.by_tag.get(tag)
-            if ids is not None:
-                ids.discard(rec.agent_id)
-                if not ids:
-                    del self.by_tag[tag]
 
     async def deregister(self, principal: str, data: bytes, sig: Any) -> int:
         """Removes agents registered by a host; returns how many were removed.
@@ -182,10 +152,7 @@ class Registry:
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
             if rec is not None and rec.host == host:
-                self._unindex(rec)
-                del self.records[agent_id]
-                self._changed(agent_id)
-                del self.cands[agent_id]
+                self.records.remove(agent_id)
                 removed += 1
         return removed
 
@@ -209,7 +176,7 @@ class Registry:
                 unknown.append(agent_id)
                 continue
             if rec.load != load or rec.status is not ONLINE:
-                self._put(dataclasses.replace(rec, load=load, status=ONLINE))
+                self.records.put(dataclasses.replace(rec, load=load, status=ONLINE))
         return unknown, self.interval_s, self.acl_version
 
     async def offer_spare(self, principal: str, data: bytes, sig: Any) -> None:
@@ -224,7 +191,7 @@ class Registry:
         self.last_seen[principal] = clock.monotonic()
         if any(rec.host == principal for rec in self.records.values()):
             return  # an offer that crossed its own claim: the host holds agents now
-        self.spares_[principal] = (str(node), str(shape))
+        self.spare_pool.offer(principal, str(node), str(shape))
 
     async def claim_spare(self, shape: str, node: str | None) -> str | None:
         """Takes a spare of ``shape`` whose heartbeat is fresh: on ``node`` if one is there,
@@ -232,27 +199,21 @@ class Registry:
         now = clock.monotonic()
         # Two intervals: a live spare is heard every interval plus its own round trips, so one
         # interval would turn it away for a few milliseconds of every beat.
-        fits = [h for h, (n, s) in self.spares_.items() if s == shape
-                and not heartbeat_expired(self.last_seen.get(h, 0.0), now, self.interval_s, 2)]
-        if not fits:
-            return None
-        here = [h for h in fits if self.spares_[h][0] == node]
-        taken = (here or fits)[0]
-        del self.spares_[taken]
-        return taken
+        return self.spare_pool.claim(shape, node, lambda h: not heartbeat_expired(
+            self.last_seen.get(h, 0.0), now, self.interval_s, 2))
 
     async def claim_nonce(self, principal: str, data: bytes, sig: Any) -> bool:
         """Claims a remote agent's hello nonce for every gateway replica at once (``data``:
         ``[nonce, expires_at]``, signed by a remote agents' host; ``expires_at`` on the wall
-        clock, at most :data:`NONCE_TTL_MAX_S` away). True the first time, False for a nonce
-        held already: a replayed hello.
+        clock, at most :data:`~actors.hello_nonces.NONCE_TTL_MAX_S` away). True the first
+        time, False for a nonce held already: a replayed hello.
 
-        Nonces are dropped once expired, and at most ``nonce_limit`` are held. They are lost
+        Nonces are dropped once expired, and at most ``nonces.limit`` are held. They are lost
         when the registry restarts: from then on the hello's time window alone bounds a replay.
 
         Raises:
             AuthError: the signature does not verify, or the signer is not a remote host.
-            AgentUnavailable: ``nonce_limit`` nonces are held and none has expired
+            AgentUnavailable: ``nonces.limit`` nonces are held and none has expired
                 (``details["reason"]``: ``nonce_limit``); retryable, as they expire.
         """
         nonce, expires_at = self._open(principal, data, sig, "claim_nonce")
@@ -260,29 +221,11 @@ class Registry:
             raise AuthError(f"only a remote agents' host may claim hello nonces, not "
                             f"{principal!r}", details={"reason": "not_a_remote_host",
                                                        "principal": principal})
-        now = clock.now()
-        while self._nonce_expiry and self._nonce_expiry[0][0] <= now:
-            _, old = heapq.heappop(self._nonce_expiry)
-            del self.nonces[old]
-        if str(nonce) in self.nonces:
-            return False
-        if len(self.nonces) >= self.nonce_limit:
-            metrics.count("reach_auth_refusals", 1, "nonce_limit")
-            raise AgentUnavailable(
-                f"the registry holds {len(self.nonces)} hello nonces, its limit: too many hellos "
-                "within their time window", suggestion="connect again later",
-                details={"reason": "nonce_limit", "limit": self.nonce_limit})
-        until = min(float(expires_at), now + NONCE_TTL_MAX_S)
-        self.nonces[str(nonce)] = until
-        heapq.heappush(self._nonce_expiry, (until, str(nonce)))
-        return True
+        return self.nonces.claim(str(nonce), expires_at, clock.now())
 
     async def spares(self) -> dict[str, list[str]]:
         """The spares offered, as ``{"<node> <shape>": [host names]}``."""
-        out: dict[str, list[str]] = {}
-        for host, (node, shape) in sorted(self.spares_.items()):
-            out.setdefault(f"{node} {shape}", []).append(host)
-        return out
+        return self.spare_pool.by_place()
 
     async def check_key(self, principal: str, data: bytes, sig: Any) -> None:
         """Verifies a driver's signature, so that a driver with another deployment's keyring
@@ -336,12 +279,12 @@ class Registry:
         gone = []
         for rec in list(self.records.values()):
             if rec.host in dead and rec.status not in (OFFLINE, RESTARTING):
-                self._put(dataclasses.replace(rec, status=OFFLINE))
+                self.records.put(dataclasses.replace(rec, status=OFFLINE))
                 gone.append(rec.agent_id)
         holding = {rec.host for rec in self.records.values()}
         for host in dead - holding:  # a dead host that holds nothing is forgotten
             del self.last_seen[host]
-            self.spares_.pop(host, None)
+            self.spare_pool.drop(host)
         return gone
 
     async def mark(self, principal: str, data: bytes, sig: Any) -> None:
@@ -373,7 +316,7 @@ class Registry:
                 # placeholder, so that callers wait for the restart instead of being told that
                 # no such agent exists (a fatal error) until it registers again.
                 rec = AgentRecord(agent_id)
-            self._put(dataclasses.replace(rec, status=to))
+            self.records.put(dataclasses.replace(rec, status=to))
 
     def _hosted_by(self, host: str, agent_ids: list[str], to: AgentStatus) -> bool:
         """Whether ``host`` holds every one of the agents and marks them online or offline."""
@@ -397,11 +340,6 @@ class Registry:
         """The most recent dead letters, oldest first."""
         return list(self.dead_letters_)[-limit:]
 
-    def _changed(self, agent_id: str) -> None:
-        waiting = self._changes.pop(agent_id, None)
-        if waiting is not None:
-            waiting.set()
-
     def _record(self, agent_id: str) -> AgentRecord | None:
         rec = self.records.get(agent_id)
         if rec is None and clock.monotonic() < self.recovering_until:
@@ -424,21 +362,12 @@ class Registry:
             left = deadline - clock.monotonic()
             if settled or left <= 0:
                 return rec
-            changed = self._changes.setdefault(agent_id, asyncio.Event())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+            await self.records.changed(agent_id, left)
 
     async def discover(self, capability: str, text: str | None = None, limit: int | None = None,
                        ) -> tuple[list[AgentRecord], list[str]]:
         """Online holders of a capability (best first, at most ``limit``) and close tags."""
-        kinds = {tag: match_kind(capability, tag) for tag in self.by_tag}
-        matched = {t: k for t, k in kinds.items() if k is not None}
-        if not matched:
-            return [], close_matches(capability, self.by_tag)
-        best = min(matched.values())
-        ids = set().union(*(self.by_tag[t] for t, k in matched.items() if k == best))
-        ordered = find_holders(capability, [self.cands[i] for i in ids], text=text, limit=limit)
-        return [self.records[c.agent_id] for c in ordered], []
+        return self.records.discover(capability, text, limit)
 
     async def time_discover(self, queries: list[str], repeat: int) -> list[float]:
         """Milliseconds this registry spends per discovery, for each query and repeat (bench)."""
@@ -461,7 +390,7 @@ class Registry:
     async def stats(self) -> dict[str, Any]:
         """Counts, and this process's resident memory in bytes."""
         return {"incarnation": self.incarnation, "agents": len(self.records),
-                "tags": len(self.by_tag),
+                "tags": len(self.records.by_tag),
                 "hosts": len(self.last_seen), "rss_bytes": rss_bytes(),
                 "refused": self.refused, "signed": self.guard is not None,
                 "nonces": len(self.nonces),

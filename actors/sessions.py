@@ -1,18 +1,17 @@
 """The SessionStore actor: durable sessions, pending requests and recorded replies.
 
-Writes are group-committed: every write that arrives while a commit is in progress joins the next
-one, and each caller is answered only once its write is committed. Sequence numbers are assigned
-here, by the single writer, so a session's messages are numbered 1, 2, 3... with no gap and no
-clock involved. Past a threshold, the oldest messages are folded into the session's summary by
-the summariser (deterministic by default, or an agent) and dropped.
+Writes are group-committed by the store's single writer (:mod:`actors.group_commit`). Sequence
+numbers are assigned here, by that single writer, so a session's messages are numbered 1, 2,
+3... with no gap and no clock involved. Past a threshold, the oldest messages are folded into the
+session's summary by the summariser (:mod:`actors.summariser`: deterministic by default, or an
+agent) and dropped.
 
 An effectively-once handler's reply is fenced: its holder claims the request first and gets a
 token, and the reply commits only if no later holder claimed the request meanwhile (a failover
 away from a holder that was slow, not dead), so at most one reply is ever recorded per request.
 
-The A2A gateway's tasks are kept here too, so that every gateway replica, on any node, sees the
-same tasks, and they outlive a replica: opaque documents, each owned by one caller, written through
-the same group commits.
+The same writer extends the hash-chained audit log (:mod:`actors.audit_chain`) and keeps the A2A
+gateway's tasks (:mod:`actors.a2a_tasks`), so that every gateway replica sees the same tasks.
 """
 
 from __future__ import annotations
@@ -26,6 +25,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from actors.a2a_tasks import A2ARow, A2ATasks
+from actors.audit_chain import AuditChain
+from actors.group_commit import GroupCommit, Stage, StaleStage
 from actors.session_storage import (
     A2ACursor,
     SessionStorage,
@@ -34,28 +36,16 @@ from actors.session_storage import (
     Written,
     pack,
 )
-from policies.audit import canonical, chain_hash
-from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, default_summary, fold_count
+from actors.summariser import Summariser
+from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, fold_count
 from policies.sessions import negotiate as negotiate_terms
 from reach import clock
-from reach._runtime.directory import Directory
 from reach._runtime.names import STORE_NAME
-from reach._runtime.transport import Transport
-from reach.client import Client, Link
-from reach.errors import AuthError, ProtocolError, ReachError, SessionNotFound
+from reach.errors import ReachError, SessionNotFound
 from reach.ports.cluster import Cluster
 from reach.records import SessionContext, SessionMessage, SessionResume
 
 log = logging.getLogger("reach.sessions")
-
-Stage = Callable[[WriteBatch], Any]
-
-#: What a summariser agent reads: {"summary": str, "messages": [...]}; it answers {"summary"}.
-SUMMARISE_SCHEMA = "reach.summarise@1.0"
-
-
-#: An A2A task to save: its ID, owner, context ID, state, status timestamp (ns) and document.
-A2ARow = tuple[str, str, str, int, int | None, bytes]
 
 
 class SessionStore:
@@ -79,33 +69,27 @@ class SessionStore:
                  group_commit: bool = True, compact_after: int = COMPACT_AFTER,
                  keep_last: int = KEEP_LAST, summariser: str | None = None,
                  storage: SessionStorage | None = None, name: str = STORE_NAME) -> None:
-        self.cluster = cluster
-        self.name = name
         self.storage = storage or SqliteStorage(Path(path), synchronous)
-        self.group_commit = group_commit
+        self.writer = GroupCommit(self.storage, group_commit=group_commit,
+                                  on_failure=self._forget)
         self.compact_after, self.keep_last = compact_after, keep_last
-        self.summariser = summariser
+        self.summaries = Summariser(cluster, name, summariser)
+        self.audit_chain = AuditChain(self.writer)
+        self.a2a = A2ATasks(self.writer)
         # Invariant: meta[s] mirrors session s's row plus the ids of its unfolded messages, as
         # of the commits made so far and the one being staged; a failed commit drops it all.
         self.meta: dict[str, dict[str, Any]] = {}
-        self._queue: list[tuple[Stage, asyncio.Future[Any]]] = []
-        self._solo: list[tuple[Stage, asyncio.Future[Any]]] = []
-        self._writer: asyncio.Task[None] | None = None
-        self._opened: asyncio.Task[None] | None = None
         self._compacting: set[str] = set()
         self._folding: set[asyncio.Task[None]] = set()
-        self.commits = 0
-        self.written = 0
-        self._link: Link | None = None
-        self._audit_tail: tuple[int, str] | None = None
 
-    async def _ready(self) -> None:
-        if self._opened is None:
-            self._opened = asyncio.get_running_loop().create_task(self.storage.open())
-        await asyncio.shield(self._opened)
+    def _forget(self) -> None:
+        """After a failed commit: in-memory sequence numbers and the audit chain's tail may be
+        ahead of the database, so both are reloaded on next use."""
+        self.meta.clear()
+        self.audit_chain.forget()
 
     async def _meta(self, session_id: str) -> dict[str, Any]:
-        await self._ready()
+        await self.writer.ready()
         meta = self.meta.get(session_id)
         if meta is None:
             row = await self.storage.session(session_id)
@@ -116,53 +100,6 @@ class SessionStore:
             row["ids"] = {m["msg_id"]: m["seq"] for m in unfolded}
             meta = self.meta.setdefault(session_id, row)
         return meta
-
-    # -- group commit --------------------------------------------------------------------------
-
-    async def _commit(self, stage: Stage) -> Any:
-        await self._ready()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((stage, future))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        return await future
-
-    async def _write_loop(self) -> None:
-        while self._queue or self._solo:
-            items = self._next_items()
-            batch = WriteBatch()
-            staged: list[Any] = []
-            for stage, _ in items:
-                try:
-                    staged.append(stage(batch))
-                except (ReachError, _StaleMeta) as exc:
-                    staged.append(exc)
-                except Exception as exc:  # e.g. a payload value msgpack cannot encode
-                    staged.append(ProtocolError(f"cannot store this write: {exc}",
-                                                details={"rule": "store_encode"}))
-            try:
-                written = await self.storage.write(batch)
-            except Exception as exc:
-                self.meta.clear()  # in-memory sequence numbers may be ahead: reload on next use
-                self._audit_tail = None
-                if len(items) > 1:
-                    # One bad write must not fail the others: commit them one by one instead.
-                    self._solo.extend(items)
-                else:
-                    _settle(items, [exc], Written())
-                continue
-            self.commits += 1
-            self.written += len(batch)
-            _settle(items, staged, written)
-
-    def _next_items(self) -> list[tuple[Stage, asyncio.Future[Any]]]:
-        if self._solo:
-            items, self._solo = self._solo[:1], self._solo[1:]
-        elif self.group_commit:
-            items, self._queue = self._queue, []
-        else:
-            items, self._queue = self._queue[:1], self._queue[1:]
-        return items
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -180,7 +117,7 @@ class SessionStore:
             batch.sessions.append(row)
             return asdict(terms)
 
-        await self._commit(stage)
+        await self.writer.commit(stage)
         self.meta.pop(session_id, None)
         meta = await self._meta(session_id)
         return {"session_id": session_id, "terms": meta["terms"]}
@@ -197,10 +134,10 @@ class SessionStore:
         while True:
             meta = await self._meta(session_id)
             try:
-                seqs: list[int] = await self._commit(self._append_stage(session_id, meta,
-                                                                        messages))
+                seqs: list[int] = await self.writer.commit(
+                    self._append_stage(session_id, meta, messages))
                 break
-            except _StaleMeta:
+            except StaleStage:
                 continue  # a failed commit dropped the counters: reload them, stage again
         if len(meta["ids"]) > self.compact_after and session_id not in self._compacting:
             self._compacting.add(session_id)
@@ -215,7 +152,7 @@ class SessionStore:
 
         def stage(batch: WriteBatch) -> list[int]:
             if self.meta.get(session_id) is not meta:
-                raise _StaleMeta  # staged against counters a failed commit invalidated
+                raise StaleStage  # staged against counters a failed commit invalidated
             seqs, ids, nxt = [], meta["ids"], meta["next_seq"]
             fresh: dict[str, int] = {}
             for m in messages:
@@ -253,13 +190,13 @@ class SessionStore:
             if not count:
                 return
             old = await self.storage.messages(session_id, meta["folded_upto"], count)
-            summary = await self._summarise(meta["summary"], old)
+            summary = await self.summaries.summarise(meta["summary"], old)
             upto = old[-1]["seq"]
 
             def stage(batch: WriteBatch) -> None:
                 batch.folds.append((session_id, summary, upto))
 
-            await self._commit(stage)
+            await self.writer.commit(stage)
             meta["summary"], meta["folded_upto"] = summary, upto
             for m in old:
                 meta["ids"].pop(m["msg_id"], None)
@@ -268,26 +205,9 @@ class SessionStore:
         finally:
             self._compacting.discard(session_id)
 
-    async def _summarise(self, previous: str, messages: list[dict[str, Any]]) -> str:
-        if self.summariser is None:
-            return default_summary(previous, messages)
-        reply = await self._client().request(
-            self.summariser, {"summary": previous, "messages": messages}, SUMMARISE_SCHEMA)
-        return str(reply.envelope.payload["summary"])
-
-    def _client(self) -> Client:
-        """A client for asking the summariser agent; this store is its reply endpoint."""
-        if self._link is None:
-            directory = Directory(self.cluster.registry())
-            transport = Transport(self.name, self.cluster,
-                                  on_dead_endpoint=directory.drop_endpoint)
-            self._link = Link(self.cluster, transport, directory)
-        return Client(self._link, self.name)
-
     async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], None]:
         """Receives the summariser's replies."""
-        if self._link is not None:
-            self._link.transport.accept_frame(frame)
+        self.summaries.accept(frame)
         return [], None
 
     async def watch(self) -> None:
@@ -333,7 +253,7 @@ class SessionStore:
         def stage(batch: WriteBatch) -> None:
             batch.pending.append(row)
 
-        await self._commit(stage)
+        await self.writer.commit(stage)
 
     async def resolve_pending(self, request_id: str, status: str) -> bool:
         """Ends a pending request as ``answered`` or ``cancelled``; False if it had ended."""
@@ -342,17 +262,17 @@ class SessionStore:
             batch.resolutions.append((request_id, status, clock.now()))
             return lambda written: written.resolved[index]
 
-        result: bool = await self._commit(stage)
+        result: bool = await self.writer.commit(stage)
         return result
 
     async def pending_for(self, agent_id: str) -> list[dict[str, Any]]:
         """Open requests ``agent_id`` had sent, oldest first."""
-        await self._ready()
+        await self.writer.ready()
         return await self.storage.pending_for(agent_id)
 
     async def pending_status(self, request_id: str) -> str | None:
         """open, answered or cancelled (None if never recorded)."""
-        await self._ready()
+        await self.writer.ready()
         return await self.storage.pending_status(request_id)
 
     async def claim(self, request_id: str, agent_id: str) -> int:
@@ -368,7 +288,7 @@ class SessionStore:
             batch.claims.append((request_id, agent_id, at))
             return lambda written: written.tokens[index]
 
-        token: int = await self._commit(stage)
+        token: int = await self.writer.commit(stage)
         return token
 
     async def commit_reply(self, request_id: str, token: int, agent_id: str,
@@ -389,7 +309,7 @@ class SessionStore:
             batch.commits.append((request_id, token, agent_id, pack(payload), schema, at))
             return lambda written: written.committed[index]
 
-        committed: bool = await self._commit(stage)
+        committed: bool = await self.writer.commit(stage)
         if committed:
             return {"committed": True,
                     "reply": {"agent_id": agent_id, "payload": payload, "schema": schema}}
@@ -397,43 +317,17 @@ class SessionStore:
 
     async def reply_for(self, request_id: str) -> dict[str, Any] | None:
         """The recorded reply of a request, or None."""
-        await self._ready()
+        await self.writer.ready()
         return await self.storage.reply_for(request_id)
 
     async def audit(self, records: list[dict[str, Any]]) -> list[int]:
         """Appends records to the hash-chained audit log; returns their sequence numbers."""
-        await self._ready()
-        if self._audit_tail is None:
-            tail = await self.storage.audit_tail()
-            if self._audit_tail is None:  # another call may have loaded (and advanced) it
-                self._audit_tail = tail
-        now = clock.now()
-
-        def stage(batch: WriteBatch) -> list[int]:
-            if self._audit_tail is None:
-                raise _StaleMeta  # a failed commit dropped the tail: reload and stage again
-            seq, prev = self._audit_tail
-            seqs = []
-            for rec in records:
-                seq += 1
-                body = canonical(rec)
-                digest = chain_hash(prev, rec, body)
-                batch.audit.append((seq, now, prev, digest, body.decode("utf-8")))
-                prev = digest
-                seqs.append(seq)
-            self._audit_tail = (seq, prev)
-            return seqs
-
-        try:
-            result: list[int] = await self._commit(stage)
-        except _StaleMeta:
-            return await self.audit(records)
-        return result
+        return await self.audit_chain.append(records)
 
     async def audit_records(self, trace_id: str | None = None, agent: str | None = None,
                             limit: int = 1000) -> list[dict[str, Any]]:
         """Audit records, oldest first: all, or those of one trace or one agent."""
-        await self._ready()
+        await self.writer.ready()
         return await self.storage.audit_records(trace_id, agent, limit)
 
     # -- A2A tasks -----------------------------------------------------------------------------
@@ -445,34 +339,18 @@ class SessionStore:
         Raises:
             AuthError: the task ID is another owner's task (which is left as it was).
         """
-        row = (task_id, context_id, owner, state, updated, doc)
-
-        def stage(batch: WriteBatch) -> Callable[[Written], bool]:
-            index = len(batch.a2a_saves)
-            batch.a2a_saves.append(row)
-            return lambda written: written.a2a_saved[index]
-
-        if not await self._commit(stage):
-            raise AuthError(f"task {task_id!r} belongs to another owner",
-                            details={"rule": "a2a_task_owner", "task_id": task_id})
+        await self.a2a.save(task_id, owner, context_id=context_id, state=state,
+                            updated=updated, doc=doc)
 
     async def a2a_save_many(self, rows: list[A2ARow]) -> list[bool]:
         """Saves A2A tasks, in order, in one commit (``rows``: ``(task_id, owner, context_id,
         state, updated, doc)``, as :meth:`a2a_save` takes them); for each, whether it was saved
         (False: the task ID is another owner's, and that task is left as it was)."""
-
-        def stage(batch: WriteBatch) -> Callable[[Written], list[bool]]:
-            first = len(batch.a2a_saves)
-            batch.a2a_saves.extend((t, c, o, st, up, doc) for t, o, c, st, up, doc in rows)
-            return lambda written: list(written.a2a_saved[first:first + len(rows)])
-
-        saved: list[bool] = await self._commit(stage)
-        return saved
+        return await self.a2a.save_many(rows)
 
     async def a2a_get(self, task_id: str, owner: str) -> bytes | None:
         """An A2A task's document, if ``owner`` has that task."""
-        await self._ready()
-        return await self.storage.a2a_task(task_id, owner)
+        return await self.a2a.get(task_id, owner)
 
     async def a2a_list(self, owner: str, *, context_id: str = "", state: int = 0,
                        updated_after: int | None = None, page_size: int,
@@ -488,50 +366,22 @@ class SessionStore:
         Raises:
             ProtocolError: ``page_size`` is below 1.
         """
-        if page_size < 1:
-            raise ProtocolError(f"page_size must be at least 1, got {page_size}",
-                                details={"rule": "a2a_page_size"})
-        await self._ready()
-        rows, total = await self.storage.a2a_tasks(
-            owner, context_id=context_id, state=state, updated_after=updated_after,
-            limit=page_size + 1, after=after, inclusive=inclusive)
-        page = rows[:page_size]
-        last = (page[-1][1], page[-1][0]) if len(rows) > page_size else None
-        return [doc for *_, doc in page], last, total
+        return await self.a2a.page(owner, context_id=context_id, state=state,
+                                   updated_after=updated_after, page_size=page_size, after=after,
+                                   inclusive=inclusive)
 
     async def a2a_delete(self, task_id: str, owner: str) -> bool:
         """Deletes an A2A task of ``owner``, once committed; False if the owner had none."""
-        def stage(batch: WriteBatch) -> Callable[[Written], bool]:
-            index = len(batch.a2a_deletes)
-            batch.a2a_deletes.append((task_id, owner))
-            return lambda written: written.a2a_deleted[index]
-
-        deleted: bool = await self._commit(stage)
-        return deleted
+        return await self.a2a.delete(task_id, owner)
 
     async def integrity(self) -> str:
         """``ok`` when SQLite's integrity check finds nothing wrong."""
-        await self._ready()
+        await self.writer.ready()
         return await self.storage.integrity()
 
     async def stats(self) -> dict[str, Any]:
         """Commits, rows written, and the database path."""
-        return {"commits": self.commits, "written": self.written, "path": str(self.storage.path),
-                "group_commit": self.group_commit, "pid": os.getpid()}
+        return {"commits": self.writer.commits, "written": self.writer.written,
+                "path": str(self.storage.path), "group_commit": self.writer.group_commit,
+                "pid": os.getpid()}
 
-
-def _settle(items: list[tuple[Stage, asyncio.Future[Any]]], staged: list[Any],
-            written: Written) -> None:
-    """Answers each caller of a commit: its result (read from ``written`` by a stage that
-    returned a callable), or its error."""
-    for (_, future), result in zip(items, staged, strict=True):
-        if future.done():
-            continue
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result(written) if callable(result) else result)
-
-
-class _StaleMeta(Exception):
-    """A write was staged against session counters that a failed commit invalidated."""

@@ -7,6 +7,7 @@ one restart counted against the intensity. A child supervisor runs on its parent
 that a whole tree shares the fate of its root's node while its agents go where their placements
 say. Past the intensity, the supervisor stops its children in reverse order and gives up; its
 parent sees that as this child failing, and the root's driver sees a RestartLimitExceeded.
+How an agent child is spawned, awaited (a remote one) and evicted is :mod:`actors.agent_children`.
 Supervisors also own tasks (see :mod:`reach._runtime.tasks`).
 """
 
@@ -17,22 +18,21 @@ import logging
 import random
 from typing import Any
 
+from actors.agent_children import AgentChildren, within
 from policies.supervision import ChildExit, RestartPlan, Strategy, plan_restart
 from reach import clock
 from reach._runtime.directory import Directory
 from reach._runtime.metrics import metrics
-from reach._runtime.names import POOL_PREFIX, is_dedicated, supervisor_name
+from reach._runtime.names import POOL_PREFIX, supervisor_name
 from reach._runtime.spawner import Spawner
 from reach._runtime.tasks import TaskRunner, TaskSpec, cancel_trace_everywhere
 from reach._runtime.transport import Transport
-from reach.agent import Dedicated
 from reach.client import Link
-from reach.errors import AgentAlreadyExists, AgentUnavailable, ReachError, RestartLimitExceeded
+from reach.errors import ReachError, RestartLimitExceeded
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
 from reach.ports.supervisors import SupervisorPort
 from reach.records import (
-    AgentRecord,
     AgentStatus,
     ChildKind,
     ChildStatus,
@@ -42,16 +42,10 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
-from reach.security.guard import signed_call
 from reach.security.trail import AuditTrail
 from reach.supervision import ChildSpec, RemoteChild, SupervisorSpec
 
 log = logging.getLogger("reach.supervisor")
-
-#: Longest long poll of the registry while a remote child is awaited, and the pause between
-#: lookups when the registry has no record to wait on.
-REMOTE_WAIT_S = 5.0
-REMOTE_POLL_S = 0.2
 
 #: Exits detected within this window are one failure event (a host's agents die together: their
 #: watches fail within a few milliseconds of each other).
@@ -81,7 +75,8 @@ class Supervisor:
                                    on_dead_endpoint=self.directory.drop_endpoint,
                                    on_undelivered=self.directory.dead_letter)
         self.link = Link(cluster, self.transport, self.directory, limits)
-        self.spawner = Spawner(cluster, limits)
+        self.children = AgentChildren(self.name, cluster, self.registry,
+                                      Spawner(cluster, limits), self.transport.codec.guard)
         self.limits = limits
         self.rng = random.Random(spec.seed)
         self.specs: dict[str, ChildSpec | RemoteChild | SupervisorSpec] = {
@@ -151,8 +146,13 @@ class Supervisor:
             self.subs[child_id] = port
             monitor = self._watch_supervisor(child_id, gen, port)
         else:
-            record = await (self._await_remote(spec) if isinstance(spec, RemoteChild)
-                            else self._spawn_child(spec))
+            if isinstance(spec, RemoteChild):
+                self.died_on.pop(spec.agent_id, None)
+                record = await self.children.await_remote(
+                    spec, self.epochs.get(spec.agent_id, -1))
+            else:
+                record = await self.children.spawn(spec, self.epochs.get(spec.agent_id),
+                                                   self.died_on.pop(spec.agent_id, None))
             self.hosts[child_id] = record.host
             self.nodes[child_id] = record.node
             self.epochs[child_id] = record.epoch
@@ -163,88 +163,6 @@ class Supervisor:
         watcher = asyncio.get_running_loop().create_task(monitor)
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
-
-    async def _spawn_child(self, spec: ChildSpec) -> AgentRecord:
-        """Starts an agent child, its epoch past its last incarnation's (which this supervisor
-        remembers even when the registry, restarted, does not).
-
-        A previous incarnation still live (an orphan of this supervisor's own previous
-        incarnation, which died) is stopped first: a restarted supervisor starts its children
-        afresh, as OTP's would after its linked children died with it.
-        """
-        last = self.epochs.get(spec.agent_id)
-        epochs = None if last is None else {spec.agent_id: last + 1}
-        dead = self.died_on.pop(spec.agent_id, None)
-        try:
-            # A restart takes a warm spare host when one of its shape is ready, or, packed,
-            # goes to its pool's other hosts.
-            records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
-                                               spec.args, spec.kwargs, epochs=epochs,
-                                               warm=last is not None,
-                                               gone=() if dead is None else (dead,))
-        except AgentAlreadyExists:
-            orphan = await self.registry.lookup(spec.agent_id)
-            if orphan is None or not orphan.host:
-                raise
-            log.warning("%s replaces the previous incarnation of %s on %s", self.name,
-                        spec.agent_id, orphan.host)
-            await self._evict(spec.agent_id, orphan.host, spec.shutdown_timeout_s)
-            epochs = {spec.agent_id: max(orphan.epoch, last or 0) + 1}
-            records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
-                                               spec.args, spec.kwargs, epochs=epochs)
-        if last is None and isinstance(spec.placement, Dedicated):
-            # A spare of its shape waits on its node, for its restarts (in the background).
-            topping = asyncio.get_running_loop().create_task(
-                self.spawner.keep_spares(spec.placement, records[0].node, (spec.agent,)))
-            self._watchers.add(topping)
-            topping.add_done_callback(self._watchers.discard)
-        return records[0]
-
-    async def _await_remote(self, spec: RemoteChild) -> AgentRecord:
-        """Waits for a remote child to connect, as an incarnation newer than its last one;
-        callers' requests wait for it meanwhile (it is marked restarting).
-
-        Raises:
-            AgentUnavailable: it did not connect within ``connect_within_s``.
-        """
-        agent_id = spec.agent_id
-        self.died_on.pop(agent_id, None)
-        last = self.epochs.get(agent_id, -1)
-        deadline = clock.monotonic() + spec.connect_within_s
-        rec = await self.registry.lookup(agent_id)
-        if not _connected(rec, last):
-            # Only the incarnation known to be gone (or none): a newer one is never marked.
-            gone = max(last, rec.epoch if rec is not None and rec.host else -1)
-            await self._mark([agent_id], AgentStatus.RESTARTING, {agent_id: gone})
-        while not _connected(rec, last):
-            left = deadline - clock.monotonic()
-            if left <= 0:
-                if last < 0:  # nobody waits for it any longer: callers are told at once
-                    await _within(self._mark([agent_id], AgentStatus.OFFLINE), 5.0)
-                raise AgentUnavailable(
-                    f"remote agent {agent_id!r} did not connect within "
-                    f"{spec.connect_within_s:g} s",
-                    suggestion="start it (reach connect --gateway URL module:Class), or give "
-                               "it longer with RemoteChild(connect_within_s=...)",
-                    details={"agent_id": agent_id})
-            if rec is None or rec.status is AgentStatus.OFFLINE:
-                await asyncio.sleep(min(REMOTE_POLL_S, left))  # nothing to long-poll on
-            rec = await self.registry.lookup(agent_id, last, min(left, REMOTE_WAIT_S))
-        assert rec is not None
-        return rec
-
-    async def _evict(self, agent_id: str, host_name: str, timeout_s: float) -> None:
-        """Stops an agent on its host and deregisters it (a dead host could not: deregistering
-        is idempotent)."""
-        try:
-            host = self.cluster.host(host_name)
-            await _within(host.remove_agents([agent_id], timeout_s), timeout_s + 1)
-            if is_dedicated(host_name):
-                self.cluster.kill(host)
-        except ReachError as exc:  # its host is gone already
-            log.info("host of %s is gone: %s", agent_id, exc)
-        data, sig = signed_call(self.transport.codec.guard, self.name, [[agent_id], host_name])
-        await _within(self.registry.deregister(self.name, data, sig), timeout_s)
 
     async def stop(self) -> list[str]:
         """Stops every child in reverse start order, each within its timeout; returns the order."""
@@ -272,14 +190,14 @@ class Supervisor:
         if isinstance(spec, SupervisorSpec):
             port = self.subs.pop(child_id, None)
             if port is not None:
-                await _within(port.stop(), timeout)
+                await within(port.stop(), timeout)
                 self.cluster.kill(port)
             return
         host_name = self.hosts.pop(child_id, None)
         if host_name is None:  # its restart failed: no host holds it, but clients may wait on it
-            await _within(self._mark([child_id], AgentStatus.OFFLINE), timeout)
+            await within(self.children.mark([child_id], AgentStatus.OFFLINE), timeout)
             return
-        await self._evict(child_id, host_name, timeout)
+        await self.children.evict(child_id, host_name, timeout)
 
     # -- watching ------------------------------------------------------------------------------
 
@@ -355,8 +273,8 @@ class Supervisor:
         # not waited for (it names the epochs it is about, so that it cannot land on a new
         # incarnation that registered first).
         marked = [c for c in plan.restart if c in self.hosts]
-        marking = self._mark(marked, AgentStatus.RESTARTING,
-                             {c: self.epochs[c] for c in marked if c in self.epochs})
+        marking = self.children.mark(marked, AgentStatus.RESTARTING,
+                                     {c: self.epochs[c] for c in marked if c in self.epochs})
         await self._stop_children(list(plan.stop))
         for child_id in plan.restart:
             if child_id in self.started:
@@ -421,14 +339,6 @@ class Supervisor:
         if not future.done():
             future.set_result(error.to_info().model_dump(mode="json"))
 
-    def _mark(self, agent_ids: list[str], status: AgentStatus,
-              up_to: dict[str, int] | None = None) -> Any:
-        """The registry call that sets the status of children (signed by this supervisor);
-        with ``up_to``, only incarnations no newer than these epochs are marked."""
-        data, sig = signed_call(self.transport.codec.guard, self.name,
-                                [agent_ids, status.value, up_to or {}])
-        return self.registry.mark(self.name, data, sig)
-
     def _audit(self, record: dict[str, Any]) -> None:
         """Records a supervision or task decision in the audit log (buffered: never blocks)."""
         self.trail.record(record["caller"], record["callee"], capability=record["capability"],
@@ -486,20 +396,5 @@ class Supervisor:
             tuple(self.restarts), self.tasks.counts(), subs)
 
 
-def _connected(rec: AgentRecord | None, last: int) -> bool:
-    """Whether a record is of a connected incarnation newer than ``last``."""
-    return (rec is not None and rec.status is AgentStatus.ONLINE and bool(rec.host)
-            and rec.epoch > last)
-
-
 async def _awaited(call: Any) -> Any:
     return await call
-
-
-async def _within(call: Any, timeout_s: float) -> Any:
-    """Awaits a call for at most ``timeout_s``; past that the caller kills (or moves on)."""
-    try:
-        return await asyncio.wait_for(_awaited(call), timeout_s)
-    except (TimeoutError, ReachError) as exc:
-        log.warning("gave up waiting: %s", exc)
-        return None

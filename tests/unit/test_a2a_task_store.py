@@ -374,9 +374,9 @@ def test_the_store_refuses_a_page_size_below_one() -> None:
 
 def test_concurrent_saves_share_group_commits() -> None:
     async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
-        before = fake.process(STORE_NAME).commits
+        before = fake.process(STORE_NAME).writer.commits
         await asyncio.gather(*(store.save(a_task(f"t{n}"), ALICE) for n in range(20)))
-        assert fake.process(STORE_NAME).commits - before < 5
+        assert fake.process(STORE_NAME).writer.commits - before < 5
         assert (await store.list(ListTasksRequest(), ALICE)).total_size == 20
 
     on_fake(scenario)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 from test_remote_host import HOST, Gateway, on_channel, second_replica
 
-from actors.registry import NONCE_TTL_MAX_S
+from actors.hello_nonces import NONCE_TTL_MAX_S
 from reach import clock
 from reach._runtime.names import REGISTRY_NAME
 from reach.errors import AgentUnavailable, AuthError
@@ -107,18 +107,18 @@ def test_the_registry_claims_a_nonce_once_and_forgets_it_once_expired(tmp_path: 
         assert not await signed_claim(fake, f"{HOST}-b", "aa" * 16, now + 60)
         await asyncio.sleep(61)
         assert await signed_claim(fake, HOST, "bb" * 16, clock.now() + 60)
-        assert fake.process(REGISTRY_NAME).nonces.keys() == {"bb" * 16}  # the expired dropped
+        assert fake.process(REGISTRY_NAME).nonces.held.keys() == {"bb" * 16}  # the expired dropped
         assert await signed_claim(fake, HOST, "aa" * 16, clock.now() + 60)
         # a caller cannot make one last for ever
         assert await signed_claim(fake, HOST, "cc" * 16, clock.now() + 1e9)
-        assert fake.process(REGISTRY_NAME).nonces["cc" * 16] <= clock.now() + NONCE_TTL_MAX_S
+        assert fake.process(REGISTRY_NAME).nonces.held["cc" * 16] <= clock.now() + NONCE_TTL_MAX_S
 
     on_signed(tmp_path, scenario)
 
 
 def test_a_full_nonce_set_refuses_clearly_until_nonces_expire(tmp_path: Path) -> None:
     async def scenario(fake: FakeCluster) -> None:
-        fake.process(REGISTRY_NAME).nonce_limit = 3
+        fake.process(REGISTRY_NAME).nonces.limit = 3
         now = clock.now()
         for n in range(3):
             assert await signed_claim(fake, HOST, f"{n:032x}", now + 10 + n)
@@ -145,7 +145,7 @@ def test_only_a_remote_agents_host_may_claim_nonces(tmp_path: Path) -> None:
 def test_a_full_nonce_set_closes_a_hello_with_4503_so_the_agent_comes_back_later(
         tmp_path: Path) -> None:
     async def scenario(fake: FakeCluster, gw: Gateway) -> None:
-        fake.process(REGISTRY_NAME).nonce_limit = 1
+        fake.process(REGISTRY_NAME).nonces.limit = 1
         await welcomed(gw, hello(gw, "calc-1", "01" * 16))
         code, reason = await refused(gw, hello(gw, "calc-2", "02" * 16))
         assert (code, reason.split(":")[0]) == (CloseCode.UNAVAILABLE, "nonce_limit")
