@@ -22,7 +22,9 @@ from pathlib import Path
 
 from reach.agent import Agent
 from reach.errors import AuthError, ConfigError
+from reach.remote.client import serve_agent
 from reach.remote.wire import FINAL_CODES, CloseCode, agent_secret
+from reach.security.keys import Keyring
 
 
 def load_agent_class(target: str) -> type[Agent]:
@@ -62,8 +64,6 @@ def read_secret(agent_id: str, secret_hex: str | None, keyring: str | None) -> b
             raise ConfigError(f"--secret must be 32 bytes (64 hex digits), got {len(secret)}")
         return secret
     if keyring:
-        from reach.security.keys import Keyring
-
         return agent_secret(Keyring.load(Path(keyring).expanduser()).master, agent_id)
     return None
 
@@ -105,8 +105,6 @@ def main_connect(argv: list[str] | None = None) -> int:
 
 async def _connect(gateway: str, cls: type[Agent], agent_id: str, *, token: str | None,
                    secret: bytes | None, reconnect: bool) -> int:
-    from reach.remote.client import serve_agent
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+
 from reach import clock
 from reach.errors import InvalidPayload, ReachError
 from reach.ports.hosts import HostPort
@@ -32,8 +34,6 @@ AGENTS_TTL_S = 1.0
 def _validator(json_schema: Mapping[str, Any] | None) -> Any:
     if json_schema is None:
         return None
-    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
-
     return Draft202012Validator(json_schema)
 
 

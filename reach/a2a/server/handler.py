@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from a2a.auth.user import User
+from a2a.server.agent_execution import SimpleRequestContextBuilder
 from a2a.server.agent_execution.active_task import TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
@@ -197,8 +198,6 @@ class ReachRequestHandler(DefaultRequestHandler):
     def __init__(self, executor: ReachExecutor, task_store: FreshFirstStore, card: Any,
                  planner: Planner, *, follow_s: float,
                  alive: Callable[[str], Awaitable[bool]] | None = None) -> None:
-        from a2a.server.agent_execution import SimpleRequestContextBuilder
-
         super().__init__(executor, task_store, card,
                          request_context_builder=SimpleRequestContextBuilder(
                              task_id_generator=_FreshIds(task_store)))
