@@ -196,8 +196,9 @@ def _reach_imports(path: Path) -> set[str]:
 
 def test_the_rules_sit_beside_the_codec_and_the_features_import_them_from_there() -> None:
     assert _reach_imports(ROOT / "reach" / "strict_json.py") == {"reach.errors"}
-    server = ROOT / "reach" / "a2a" / "server"
-    for path in (ROOT / "reach" / "remote" / "wire.py", server / "intake.py", server / "_proto.py"):
+    server, remote = ROOT / "reach" / "a2a" / "server", ROOT / "reach" / "remote"
+    for path in (remote / "frames.py", remote / "frame_parsing.py", remote / "envelope_frames.py",
+                 server / "intake.py", server / "_proto.py"):
         text = path.read_text(encoding="utf-8")
         assert "reach.strict_json" in text or "from reach import strict_json" in text, path
     assert not (ROOT / "reach" / "remote" / "strict.py").exists()
