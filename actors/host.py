@@ -16,13 +16,14 @@ from typing import Any
 from actors._mem import rss_bytes
 from policies.acl import Acl
 from reach._runtime.directory import Directory
+from reach._runtime.link import Link
 from reach._runtime.metrics import messages, metrics
 from reach._runtime.names import check_agent_ids, is_endpoint
 from reach._runtime.runner import AgentRunner, ReplySink
 from reach._runtime.transport import Transport
 from reach.agent import Agent, HandlerSpec, reads_text
-from reach.client import Link
 from reach.cluster import CallLimits, Cluster
+from reach.context import Context
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
@@ -123,7 +124,7 @@ class AgentHost:
             agent._reach_exit = self._exit_hook(agent_id)  # type: ignore[attr-defined]
             agent._reach_available = self._available_hook(agent_id)  # type: ignore[attr-defined]
             await agent.on_start()
-            fresh[agent_id] = AgentRunner(agent, self.link, audit=self._audit,
+            fresh[agent_id] = AgentRunner(agent, self.link, Context, audit=self._audit,
                                            refused=self._audit_refusal)
         entries = [self._entry(r.agent) for r in fresh.values()]
         await self._acl_ready()  # before the first agent can be called

@@ -20,13 +20,13 @@ from typing import Any
 from policies.supervision import ChildExit, RestartPlan, Strategy, plan_restart
 from reach import clock
 from reach._runtime.directory import Directory
+from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
 from reach._runtime.names import POOL_PREFIX, is_dedicated, supervisor_name
 from reach._runtime.spawner import Spawner
 from reach._runtime.tasks import TaskRunner, TaskSpec, cancel_trace_everywhere
 from reach._runtime.transport import Transport
 from reach.agent import Dedicated
-from reach.client import Link
 from reach.cluster import CallLimits, Cluster, SupervisorPort
 from reach.errors import AgentAlreadyExists, AgentUnavailable, ReachError, RestartLimitExceeded
 from reach.records import (
