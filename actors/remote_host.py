@@ -43,9 +43,9 @@ from actors.remote_runner import RemoteAgent, RemoteRunner
 from policies.discovery import pick_least_loaded
 from policies.sessions import PendingAction
 from reach import clock
+from reach._runtime.courier import Courier
 from reach._runtime.names import REMOTE_PREFIX, reserved_prefix
 from reach.agent import Agent, reads_text
-from reach.client import Client
 from reach.errors import (
     AgentUnavailable,
     CodecError,
@@ -409,7 +409,7 @@ class RemoteHost(AgentHost):
                 env = env.model_copy(update={"receiver": picked.agent_id})
             if env.msg_type is MsgType.REQUEST:
                 # The client's send path: routing, resends while the receiver moves, deadline.
-                reply = await Client(self.link, runner.agent.id)._send(env)
+                reply = await Courier(self.link, runner.agent.id).call(env)
             else:
                 self.transport.post(await self.directory.route(env.receiver), env)
                 return

@@ -22,12 +22,12 @@ from actors.agent_children import AgentChildren, within
 from policies.supervision import ChildExit, RestartPlan, Strategy, plan_restart
 from reach import clock
 from reach._runtime.directory import Directory
+from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
 from reach._runtime.names import POOL_PREFIX, supervisor_name
 from reach._runtime.spawner import Spawner
 from reach._runtime.tasks import TaskRunner, TaskSpec, cancel_trace_everywhere
 from reach._runtime.transport import Transport
-from reach.client import Link
 from reach.errors import ReachError, RestartLimitExceeded
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -137,6 +137,22 @@ def _resolve(schema: type[BaseModel] | str) -> tuple[str, type[BaseModel] | None
     return schema_registry.ref_of(schema), schema
 
 
+class HostHooks(Protocol):
+    """What the host running an agent does for it, when the agent asks (through
+    :meth:`Agent.exit` and :meth:`Agent._reach_available`). reach's hosts implement it; an
+    agent's own code never calls it."""
+
+    def agent_exit(self, agent_id: str, normal: bool, reason: str) -> None:
+        """Ends the agent once its current handler returns; its supervisor sees the exit as
+        ``normal`` or not, with ``reason``."""
+        ...
+
+    def agent_available(self, agent_id: str, available: bool) -> None:
+        """Marks the agent online or offline in the registry, as it reported itself; an
+        unavailable agent is left out of its host's heartbeats (which would mark it online)."""
+        ...
+
+
 class Agent:
     """Base class of every reach agent.
 
@@ -156,6 +172,9 @@ class Agent:
     pending_policy: ClassVar[PendingAction] = PendingAction.RESEND
     _handlers: ClassVar[dict[tuple[str, int], HandlerSpec]] = {}
     id: str = ""
+    #: The host running this agent, set by that host before :meth:`on_start` (None outside a
+    #: host). Private to reach: :meth:`exit` and :meth:`_reach_available` go through it.
+    _reach_host: HostHooks | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -217,9 +236,16 @@ class Agent:
         Its supervisor sees a normal exit (``normal=True``: a transient child is not restarted)
         or an abnormal one. Outside a host this does nothing.
         """
-        hook = getattr(self, "_reach_exit", None)
-        if hook is not None:
-            hook(normal, reason)
+        if self._reach_host is not None:
+            self._reach_host.agent_exit(self.id, normal, reason)
+
+    def _reach_available(self, available: bool) -> None:
+        """Tells the host whether calls should come to this agent (private to reach: an A2A
+        proxy reports with it whether its remote agent answers). One reported unavailable is
+        marked offline in the registry until it reports itself available again. Outside a host
+        this does nothing."""
+        if self._reach_host is not None:
+            self._reach_host.agent_available(self.id, available)
 
     async def on_recovered(self, request: Envelope, reply: Envelope | None,
                            error: ReachError | None) -> None:
@@ -273,5 +299,6 @@ class Packed:
 
 Placement = Dedicated | Packed
 
-__all__ = ["TEXT_SCHEMA", "Agent", "Dedicated", "HandlerSpec", "Packed", "Placement", "Text",
+__all__ = ["TEXT_SCHEMA", "Agent", "Dedicated", "HandlerSpec", "HostHooks", "Packed", "Placement",
+           "Text",
            "handler", "reads_text"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from reach import clock
+from reach._runtime.link import Link
 from reach._runtime.names import supervisor_name
-from reach.client import Client, Link
+from reach.client import Client
 from reach.protocol import Envelope
 from reach.sessions import Session, find_session
 from reach.supervision import SupervisorRef
@@ -16,10 +17,14 @@ class Context(Client):
     never outliving the request).
     """
 
-    parent: Envelope
-
     def __init__(self, link: Link, agent_id: str, request: Envelope) -> None:
         super().__init__(link, agent_id, request)
+        self._request = request
+
+    @property
+    def parent(self) -> Envelope:
+        """The request being handled."""
+        return self._request
 
     @property
     def agent_id(self) -> str:
@@ -29,7 +34,7 @@ class Context(Client):
     @property
     def request_envelope(self) -> Envelope:
         """The envelope being handled."""
-        return self.parent
+        return self._request
 
     @property
     def deadline(self) -> float | None:
@@ -57,7 +62,7 @@ class Context(Client):
         Raises:
             AgentNotFound: no supervisor of that name is running.
         """
-        return SupervisorRef(self._link.cluster.supervisor(supervisor_name(name)), name)
+        return SupervisorRef(self.courier.link.cluster.supervisor(supervisor_name(name)), name)
 
 
 __all__ = ["Context"]

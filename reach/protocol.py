@@ -30,7 +30,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from reach.errors import ErrorInfo, ProtocolError, ReachError, error_from_info
-from reach.schemas import is_schema_ref, schema_registry
+from reach.schemas import is_schema_ref, payload_body
 
 #: Schema of the (empty) payload of error envelopes.
 ERROR_SCHEMA = "reach.error@1.0"
@@ -169,7 +169,7 @@ class Envelope(BaseModel):
             ProtocolError: a rule is broken (see the module docstring).
             UnknownSchema: ``payload`` is a model that is not registered and no ``schema`` is given.
         """
-        body, ref = _body(payload, schema)
+        body, ref = payload_body(payload, schema)
         now = fields.pop("timestamp", None) or time.time()
         fields.setdefault("deadline", now + timeout_ms / 1000 if timeout_ms > 0 else None)
         return cls(
@@ -187,7 +187,7 @@ class Envelope(BaseModel):
         **fields: Any,
     ) -> Envelope:
         """Builds a notification (no reply expected)."""
-        body, ref = _body(payload, schema)
+        body, ref = payload_body(payload, schema)
         return cls(
             msg_type=MsgType.NOTIFICATION, sender=sender, receiver=receiver, payload=body,
             payload_schema=ref, **fields,
@@ -203,7 +203,7 @@ class Envelope(BaseModel):
         **fields: Any,
     ) -> Envelope:
         """Builds an event (a fact published to whoever listens on ``receiver``)."""
-        body, ref = _body(payload, schema)
+        body, ref = payload_body(payload, schema)
         return cls(
             msg_type=MsgType.EVENT, sender=sender, receiver=receiver, payload=body,
             payload_schema=ref, **fields,
@@ -213,7 +213,7 @@ class Envelope(BaseModel):
         self, payload: BaseModel | Mapping[str, Any], schema: str | None = None, *, sender: str = ""
     ) -> Envelope:
         """Builds the response to this request, keeping its trace and session."""
-        body, ref = _body(payload, schema)
+        body, ref = payload_body(payload, schema)
         return Envelope(
             msg_type=MsgType.RESPONSE, sender=sender or self.receiver, receiver=self.sender,
             payload=body, payload_schema=ref, request_id=self.msg_id, trace_id=self.trace_id,
@@ -245,12 +245,6 @@ class Envelope(BaseModel):
     def remaining_ms(self, now: float) -> float | None:
         """Milliseconds left before the deadline at time ``now`` (None when there is none)."""
         return None if self.deadline is None else (self.deadline - now) * 1000
-
-
-def _body(payload: BaseModel | Mapping[str, Any], schema: str | None) -> tuple[dict[str, Any], str]:
-    if isinstance(payload, BaseModel):
-        return payload.model_dump(mode="python"), schema or schema_registry.ref_of(type(payload))
-    return dict(payload), schema or ""
 
 
 def _rule(rule: str, message: str, suggestion: str = "") -> ProtocolError:

@@ -238,6 +238,22 @@ def _describe(exc: ValidationError) -> str:
 schema_registry = SchemaRegistry()
 
 
+#: A payload as a sender gives it: a registered model, or a mapping (its schema named beside it).
+PayloadLike = BaseModel | Mapping[str, Any]
+
+
+def payload_body(payload: PayloadLike, schema: str | None = None) -> tuple[dict[str, Any], str]:
+    """A payload as an envelope carries it: its body (a model dumped to Python data, or a copy
+    of the mapping) and its schema ref (``schema``, else a model's registered ref, else empty).
+
+    Raises:
+        UnknownSchema: ``payload`` is a model that is not registered and no ``schema`` is given.
+    """
+    if isinstance(payload, BaseModel):
+        return payload.model_dump(mode="python"), schema or schema_registry.ref_of(type(payload))
+    return dict(payload), schema or ""
+
+
 def schema(ref: str) -> Callable[[M], M]:
     """Registers a payload model in the process-wide registry.
 
@@ -254,4 +270,5 @@ def schema(ref: str) -> Callable[[M], M]:
     return schema_registry.schema(ref)
 
 
-__all__ = ["SchemaRef", "SchemaRegistry", "is_schema_ref", "schema_registry", "schema"]
+__all__ = ["PayloadLike", "SchemaRef", "SchemaRegistry", "is_schema_ref", "payload_body",
+           "schema", "schema_registry"]

@@ -10,36 +10,18 @@ always ends, once, as ``answered`` or ``cancelled``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Mapping
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-from policies.backoff import poll_delay
 from policies.sessions import Terms
-from reach import clock
+from reach._runtime.session_calls import CANCEL_SCHEMA, LIMITS_SCHEMA, finish, turn
 from reach.client import Client, Payload
-from reach.errors import AgentUnavailable, ReachError
-from reach.protocol import Envelope, new_id
+from reach.protocol import new_id
 from reach.records import SessionContext, SessionResume
 from reach.replies import Reply, read_reply
-
-if TYPE_CHECKING:
-    from reach.agent import Agent
-
-#: Notification asking a receiver to stop handling a request: {"request_id": str}.
-CANCEL_SCHEMA = "reach.cancel@1.0"
-#: Request every agent answers with its session limits (see ``Agent.session_limits``).
-LIMITS_SCHEMA = "reach.session.limits@1.0"
-
-
-def turn(env: Envelope, kind: str) -> dict[str, Any]:
-    """The session record of an envelope."""
-    return {"msg_id": env.msg_id, "sender": env.sender, "kind": kind,
-            "payload": dict(env.payload), "schema": env.payload_schema}
+from reach.schemas import payload_body
 
 
 class Session:
@@ -72,11 +54,12 @@ class Session:
 
         Raises:
             SessionNotFound: the session does not exist.
+            UnknownSchema: ``payload`` is an unregistered model and no ``schema`` is given.
         """
-        body = payload.model_dump(mode="python") if isinstance(payload, BaseModel) else payload
-        seqs = await self._client._link.store.append(self.session_id, [{
-            "msg_id": msg_id or new_id(), "sender": sender, "kind": kind, "payload": dict(body),
-            "schema": schema}])
+        body, ref = payload_body(payload, schema or None)
+        seqs = await self._client.courier.link.store.append(self.session_id, [{
+            "msg_id": msg_id or new_id(), "sender": sender, "kind": kind, "payload": body,
+            "schema": ref}])
         return seqs[0]
 
     async def context(self, last_n: int = 20) -> SessionContext:
@@ -85,7 +68,7 @@ class Session:
         Raises:
             SessionNotFound: the session does not exist.
         """
-        return await self._client._link.store.port.context(self.session_id, last_n)
+        return await self._client.courier.link.store.port.context(self.session_id, last_n)
 
     async def since(self, seq: int, limit: int | None = None) -> SessionResume:
         """Resumes after ``seq`` (with the summary when part of what follows was folded).
@@ -93,7 +76,7 @@ class Session:
         Raises:
             SessionNotFound: the session does not exist.
         """
-        return await self._client._link.store.port.since(self.session_id, seq, limit)
+        return await self._client.courier.link.store.port.since(self.session_id, seq, limit)
 
     async def request(self, payload: Payload, schema: str | None = None, *,
                       returns: type[BaseModel] | None = None, timeout_ms: int | None = None,
@@ -110,17 +93,17 @@ class Session:
             ReachError: the receiver's error, or RequestTimeout / AgentUnavailable when no
                 answer came in time (the pending record then ends ``cancelled``).
         """
-        client = self._client
-        env = client._request_envelope(to or self.peer, payload, schema,
-                                       timeout_ms=timeout_ms or self.terms.timeout_ms,
-                                       session_id=self.session_id)
-        store = client._link.store
+        courier = self._client.courier
+        env = courier.build_request(to or self.peer, payload, schema,
+                                    timeout_ms=timeout_ms or self.terms.timeout_ms,
+                                    session_id=self.session_id)
+        store = courier.link.store
         await store.append(self.session_id, [turn(env, "request")])
         await store.port.add_pending(
-            env.msg_id, agent_id=client.sender, receiver=env.receiver,
+            env.msg_id, agent_id=courier.sender, receiver=env.receiver,
             session_id=self.session_id, envelope=env.model_dump(mode="json"),
             deadline=env.deadline)
-        return read_reply(await finish(client, env), returns)
+        return read_reply(await finish(courier, env), returns)
 
 
 async def open_session(client: Client, initiator: str, responder: str, terms: Terms,
@@ -133,7 +116,7 @@ async def open_session(client: Client, initiator: str, responder: str, terms: Te
         AgentNotFound: the responder does not exist.
     """
     limits = await client.request(responder, {}, LIMITS_SCHEMA)
-    opened = await client._link.store.port.open_session(
+    opened = await client.courier.link.store.port.open_session(
         session_id, initiator, responder, asdict(terms), dict(limits.envelope.payload))
     return Session(opened["session_id"], Terms(**opened["terms"]), initiator, responder, client)
 
@@ -144,53 +127,8 @@ async def find_session(client: Client, session_id: str) -> Session:
     Raises:
         SessionNotFound: no such session.
     """
-    ctx = await client._link.store.port.context(session_id, 0)
+    ctx = await client.courier.link.store.port.context(session_id, 0)
     return Session(session_id, Terms(**ctx.terms), ctx.initiator, ctx.responder, client)
-
-
-async def finish(client: Client, env: Envelope) -> Envelope:
-    """Sends (and resends) a recorded session request until it is answered or given up.
-
-    Raises:
-        ReachError: the receiver's error, or why no answer came (the request is then cancelled).
-    """
-    store = client._link.store
-    attempt = 0
-    while True:
-        try:
-            reply = await client._send(env)
-        except AgentUnavailable as exc:
-            delay = poll_delay(attempt, client._link.rng)
-            left = env.remaining_ms(clock.now())
-            if left is not None and left > delay * 1000:
-                await asyncio.sleep(delay)  # the receiver is restarting: resend the same request
-                attempt += 1
-                continue
-            await cancel(client, env, exc)
-            raise
-        except ReachError as exc:
-            await cancel(client, env, exc)
-            raise
-        if await store.port.resolve_pending(env.msg_id, "answered"):
-            assert env.session_id is not None
-            await store.append(env.session_id, [turn(reply, "reply")])
-        return reply
-
-
-async def cancel(client: Client, env: Envelope, why: ReachError) -> bool:
-    """Ends a pending session request as cancelled, telling its receiver; False if it had ended."""
-    if not await client._link.store.port.resolve_pending(env.msg_id, "cancelled"):
-        return False
-    with contextlib.suppress(ReachError):  # a receiver that is gone runs nothing to cancel
-        await client.notify(env.receiver, {"request_id": env.msg_id,
-                                           "reason": f"{why.code}: {why.message}"},
-                            CANCEL_SCHEMA)
-    return True
-
-
-def limits_payload(agent: Agent) -> Mapping[str, Any]:
-    """What an agent answers to a limits request."""
-    return asdict(agent.session_limits)
 
 
 __all__ = ["CANCEL_SCHEMA", "LIMITS_SCHEMA", "Session", "find_session", "open_session"]

@@ -13,11 +13,9 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from pydantic import BaseModel
 
 from policies.backoff import Backoff
 from policies.supervision import Intensity, RestartType, Strategy
@@ -28,7 +26,7 @@ from reach.errors import ErrorInfo, error_from_info
 from reach.ports.cluster import Cluster
 from reach.ports.supervisors import SupervisorPort
 from reach.records import SupervisorStatus, TaskResult
-from reach.schemas import schema_registry
+from reach.schemas import PayloadLike, payload_body
 
 
 @dataclass(frozen=True)
@@ -163,7 +161,7 @@ class SupervisorRef:
         # Started by a driver as a tree's root: stop() also ends its process.
         self._cluster = cluster if root else None
 
-    async def submit(self, target: str, payload: BaseModel | Mapping[str, Any],
+    async def submit(self, target: str, payload: PayloadLike,
                      schema: str | None = None, *, by_capability: bool = False,
                      timeout_ms: int = 30_000, retry_limit: int = 3) -> TaskHandle:
         """Submits a task this supervisor owns; returns its handle at once.
@@ -171,11 +169,7 @@ class SupervisorRef:
         Raises:
             UnknownSchema: ``payload`` is an unregistered model and no ``schema`` is given.
         """
-        if isinstance(payload, BaseModel):
-            body = payload.model_dump(mode="python")
-            ref = schema or schema_registry.ref_of(type(payload))
-        else:
-            body, ref = dict(payload), schema or ""
+        body, ref = payload_body(payload, schema)
         spec = TaskSpec(target, body, ref, by_capability, timeout_ms, retry_limit)
         task_id = await self._port.submit(spec)
         return TaskHandle(self._port, task_id)

@@ -19,10 +19,17 @@ from policies.acl import CANCEL_RIGHT, Acl, may_cancel
 from policies.routing import check_hops
 from policies.sessions import PendingAction, recover
 from reach import clock
+from reach._runtime.courier import Courier
+from reach._runtime.link import Link
+from reach._runtime.session_calls import (
+    CANCEL_SCHEMA,
+    LIMITS_SCHEMA,
+    cancel,
+    finish,
+    limits_payload,
+)
 from reach._runtime.transport import STREAM_END_SCHEMA
 from reach.agent import Agent, HandlerSpec
-from reach.client import Client, Link
-from reach.context import Context
 from reach.errors import (
     AgentUnavailable,
     AuthError,
@@ -34,7 +41,6 @@ from reach.errors import (
 )
 from reach.protocol import Envelope, MsgType
 from reach.schemas import schema_registry
-from reach.sessions import CANCEL_SCHEMA, LIMITS_SCHEMA, cancel, finish, limits_payload
 
 log = logging.getLogger("reach._runtime.runner")
 
@@ -78,15 +84,28 @@ class ReplySink:
 #: Records a refusal: ``(caller, callee, capability, error, trace_id)``.
 Refusals = Callable[[str, str, str, ReachError, str | None], None]
 
+#: Makes what a handler gets with a request, from the link, the agent's ID and the request (the
+#: host passes :class:`reach.context.Context`).
+ContextFactory = Callable[[Link, str, Envelope], object]
+
 
 class AgentRunner:
-    """One live agent in a host: its instance, its in-flight count, its running handler tasks."""
+    """One live agent in a host: its instance, its in-flight count, its running handler tasks.
 
-    def __init__(self, agent: Agent, link: Link,
+    Args:
+        agent: The agent.
+        link: Its host's link.
+        context: Makes the context each handler gets.
+        audit: Hears each handled envelope's outcome, for the audit log.
+        refused: Hears the refusals the runner decides itself.
+    """
+
+    def __init__(self, agent: Agent, link: Link, context: ContextFactory,
                  audit: Callable[[Envelope, str], None] | None = None,
                  refused: Refusals | None = None) -> None:
         self.agent = agent
         self.link = link
+        self.context = context
         # Hears each handled envelope's outcome for the audit log: "ok", "error: <code>", or
         # DISCARDED (a result fenced off by a later holder of the same request).
         self.audit = audit
@@ -191,7 +210,7 @@ class AgentRunner:
 
     async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink) -> None:
         self.inflight += 1
-        ctx = Context(self.link, self.agent.id, env)
+        ctx = self.context(self.link, self.agent.id, env)
         # A stream's chunks, end and error all take the same (ordered) path.
         send = sink.push if spec.streaming else sink.send
         left = env.remaining_ms(clock.now())
@@ -219,7 +238,7 @@ class AgentRunner:
             self.inflight -= 1
             self.handled += 1
 
-    async def _invoke(self, spec: HandlerSpec, ctx: Context, message: Any, env: Envelope,
+    async def _invoke(self, spec: HandlerSpec, ctx: object, message: Any, env: Envelope,
                       sink: ReplySink) -> str:
         """Runs the handler and sends its reply (or its chunks and end of stream); returns the
         outcome to audit."""
@@ -241,7 +260,7 @@ class AgentRunner:
                 sink.send(self._reply(env, spec, result))
         return "ok"
 
-    async def _once(self, fn: Any, ctx: Context, message: Any, env: Envelope,
+    async def _once(self, fn: Any, ctx: object, message: Any, env: Envelope,
                     spec: HandlerSpec) -> tuple[Envelope, str]:
         """Runs a handler at most once per request ID; a retry gets the recorded reply.
 
@@ -291,7 +310,7 @@ class AgentRunner:
         except ReachError as exc:  # no store, or it is restarting: nothing to recover now
             log.warning("could not read the pending requests of %s: %s", self.agent.id, exc)
             return 0
-        client = Client(self.link, self.agent.id)
+        courier = Courier(self.link, self.agent.id)
         for rec in pending:
             env = Envelope.parse(rec["envelope"])
             action = recover(type(self.agent).pending_policy, rec["deadline"], clock.now())
@@ -299,13 +318,13 @@ class AgentRunner:
             error: ReachError | None = None
             if action is PendingAction.RESEND:
                 try:
-                    reply = await finish(client, env)
+                    reply = await finish(courier, env)
                 except ReachError as exc:
                     error = exc
             else:
                 error = TaskCancelled(f"agent {self.agent.id!r} restarted and cancelled it",
                                       details={"request_id": env.msg_id})
-                await cancel(client, env, error)
+                await cancel(courier, env, error)
             try:
                 await self.agent.on_recovered(env, reply, error)
             except Exception:

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from policies.discovery import pick_least_loaded
 from policies.tasks import (
     FINAL_STATE,
     TERMINAL,
@@ -27,8 +26,9 @@ from policies.tasks import (
     transition,
 )
 from reach import clock
+from reach._runtime.courier import Courier
+from reach._runtime.link import Link
 from reach._runtime.metrics import FLUSH_S, metrics
-from reach.client import Client, Link
 from reach.errors import (
     ErrorInfo,
     InvalidTransition,
@@ -39,7 +39,7 @@ from reach.errors import (
 )
 from reach.ports.cluster import Cluster
 from reach.protocol import new_id
-from reach.records import Attempt, AttemptOutcome, TaskResult
+from reach.records import AgentRecord, Attempt, AttemptOutcome, TaskResult
 
 #: Ended tasks an owner remembers for ``wait``; beyond that the oldest are forgotten.
 KEEP_TASKS = 10_000
@@ -210,12 +210,12 @@ class TaskRunner:
     async def _run(self, task: TaskRecord) -> None:
         task.move(TaskState.RUNNING)
         deadline = task.submitted + task.spec.timeout_ms / 1000
-        client = Client(self.link, self.owner, trace_id=task.task_id)
+        courier = Courier(self.link, self.owner, trace_id=task.task_id)
         tried: set[str] = set()
         decision: Decision | None = None
         try:
             while True:
-                decision = await self._attempt(task, client, deadline, tried, decision)
+                decision = await self._attempt(task, courier, deadline, tried, decision)
                 if decision is None:
                     return
                 if decision.action is not Action.RETRY:
@@ -234,14 +234,14 @@ class TaskRunner:
                 await self.cancel_trace(task.task_id, "task cancelled")
             raise
 
-    async def _attempt(self, task: TaskRecord, client: Client, deadline: float,
+    async def _attempt(self, task: TaskRecord, courier: Courier, deadline: float,
                        tried: set[str], last: Decision | None) -> Decision | None:
         left_ms = int((deadline - clock.now()) * 1000)
         if left_ms <= 0:
             self._end_on_deadline(task)
             return None
         try:
-            agent_id = await self._choose(task, client, tried, last)
+            agent_id = await self._choose(task, tried, last)
         except ReachError as exc:
             task.attempts.append(Attempt("", clock.now()))
             return self._decide(task, exc, alternatives=0)
@@ -252,12 +252,12 @@ class TaskRunner:
         try:
             # Every attempt carries the task's ID as its request ID: an effectively-once handler
             # that already answered it returns its recorded reply instead of running again.
-            reply = await client._send(client._request_envelope(
+            reply = await courier.call(courier.build_request(
                 agent_id, task.spec.payload, task.spec.schema, timeout_ms=left_ms,
                 msg_id=task.task_id))
         except ReachError as exc:
             tried.add(agent_id)
-            alternatives = await self._alternatives(task, client, tried)
+            alternatives = await self._alternatives(task, tried)
             return self._decide(task, exc, alternatives)
         finally:
             task.assigned = None
@@ -266,30 +266,36 @@ class TaskRunner:
         task.move(TaskState.COMPLETED)
         return None
 
-    async def _choose(self, task: TaskRecord, client: Client, tried: set[str],
-                      last: Decision | None) -> str:
+    async def _choose(self, task: TaskRecord, tried: set[str], last: Decision | None) -> str:
         """The agent of the next attempt: the target; or for a task by capability, the
         least-loaded holder, one not tried yet when the last decision failed over (the one tried
         last when it did not)."""
         if not task.spec.by_capability:
             return task.spec.target
         previous = task.attempts[-1].agent_id if task.attempts else ""
-        holders = await client.discover(task.spec.target)
+        holders = await self._holders(task)
         if (last is not None and not last.failover and previous
                 and any(h.agent_id == previous for h in holders)):
             return previous  # the policy said: retry on the same agent
         fresh = [h for h in holders if h.agent_id not in tried] or holders
         if fresh is holders:
             tried.clear()  # every holder failed once: start another round
-        (best,) = pick_least_loaded(fresh, 1, local_load=self.link.inflight,
-                                    tiebreak=self.link.next_tiebreak())
+        (best,) = self.link.least_loaded(fresh)
         return best.agent_id
 
-    async def _alternatives(self, task: TaskRecord, client: Client, tried: set[str]) -> int:
+    async def _holders(self, task: TaskRecord) -> list[AgentRecord]:
+        """The online holders of a task's capability, best first.
+
+        Raises:
+            NoCapableAgent: nobody online holds it.
+        """
+        return list(await self.link.directory.holders(task.spec.target, None, limit=None))
+
+    async def _alternatives(self, task: TaskRecord, tried: set[str]) -> int:
         if not task.spec.by_capability:
             return 0
         try:
-            holders = await client.discover(task.spec.target)
+            holders = await self._holders(task)
         except ReachError:
             return 0
         return sum(1 for h in holders if h.agent_id not in tried)

@@ -138,9 +138,10 @@ async def test_a_request_retried_after_a_crash_runs_its_handler_once(
         ChildSpec(Talker, "ss-once-1", kwargs={"runs": str(runs)})]))
     session = await rt.open_session(rt.client.sender, "ss-once-1")
     # One request of the session, built once and sent twice (as a resend after a crash is).
-    env = rt.client._request_envelope("ss-once-1", Text(text="pay 10 EUR"),
-                                      session_id=session.session_id, timeout_ms=60_000)
-    first = await rt.client._send(env)
+    courier = rt.client.courier
+    env = courier.build_request("ss-once-1", Text(text="pay 10 EUR"),
+                                session_id=session.session_id, timeout_ms=60_000)
+    first = await courier.call(env)
     registry = rt.cluster.registry()
     before = (await registry.lookup("ss-once-1")).epoch
     await kill_host_of(rt, "ss-once-1")
@@ -150,7 +151,7 @@ async def test_a_request_retried_after_a_crash_runs_its_handler_once(
         return rec is not None and rec.status is reach.AgentStatus.ONLINE and rec.epoch > before
 
     await wait_until(back)
-    retried = await rt.client._send(env)  # the same request, after the crash
+    retried = await courier.call(env)  # the same request, after the crash
     assert retried.payload == first.payload
     assert sum(1 for line in lines(runs) if line.startswith(env.msg_id)) == 1
     await sup.stop()

@@ -442,7 +442,7 @@ class Reporter(reach.Agent):
     capabilities = ("remote.thing",)
 
     def report(self, available: bool) -> None:
-        self._reach_available(available)  # type: ignore[attr-defined]
+        self._reach_available(available)
 
 
 def test_an_agent_reported_unavailable_is_offline_through_heartbeats_until_reported_back(

@@ -253,9 +253,7 @@ class A2AProxy(Agent):
 
     def _report(self, available: bool) -> None:
         """Tells the host whether calls should come here (it marks the registry)."""
-        hook = getattr(self, "_reach_available", None)
-        if hook is not None:
-            hook(available)
+        self._reach_available(available)
 
 
 class A2AStreamingProxy(A2AProxy):

@@ -1,0 +1,68 @@
+"""A process's way to talk: its cluster, transport and directory, its local loads, and its way to
+the session store. Every process that sends (a driver, a host, a supervisor, a gateway replica,
+the session store) holds one :class:`Link`; what leaves through it goes by a
+:class:`~reach._runtime.courier.Courier`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+from policies.discovery import pick_least_loaded
+from reach._runtime.directory import Directory
+from reach._runtime.store import StoreClient
+from reach._runtime.transport import Transport
+from reach.ports.cluster import Cluster
+from reach.ports.hosts import CallLimits
+from reach.records import AgentRecord
+
+
+class Link:
+    """What a process needs to talk: the cluster, its transport and directory, its local loads,
+    and its way to the session store.
+
+    Args:
+        cluster: Where the processes are.
+        transport: This process's transport.
+        directory: This process's directory.
+        limits: Hop limit and default timeout.
+        rng: Random generator for the jitter of resends (seeded in tests).
+    """
+
+    def __init__(self, cluster: Cluster, transport: Transport, directory: Directory,
+                 limits: CallLimits | None = None, rng: random.Random | None = None) -> None:
+        self.cluster = cluster
+        self.transport = transport
+        self.directory = directory
+        self.limits = limits or CallLimits()
+        self.rng = rng or random.Random()
+        # Requests in flight from this process, by receiver (least-loaded picks count them).
+        self.inflight: Counter[str] = Counter()
+        self._rotation = itertools.count()
+        self.store = StoreClient(cluster)
+
+    @property
+    def max_hops(self) -> int:
+        """Longest call chain accepted."""
+        return self.limits.max_hops
+
+    @property
+    def default_timeout_ms(self) -> int:
+        """Timeout of requests that give none."""
+        return self.limits.default_timeout_ms
+
+    def next_tiebreak(self) -> int:
+        """A counter that spreads equal-load picks round-robin."""
+        return next(self._rotation)
+
+    def least_loaded(self, holders: Sequence[AgentRecord], k: int = 1) -> list[AgentRecord]:
+        """The ``k`` least loaded of ``holders`` (by their registry load plus this process's
+        requests in flight to them), equal loads taken round-robin."""
+        return pick_least_loaded(holders, k, local_load=self.inflight,
+                                 tiebreak=self.next_tiebreak())
+
+
+__all__ = ["Link"]
