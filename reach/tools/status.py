@@ -3,28 +3,40 @@
 :func:`connect` joins a running Ray without ever starting one (through :mod:`reach._ray`, the
 one module that talks to Ray); :func:`gather` asks the registry, every host and every supervisor
 through the cluster's ports, each call bounded by a timeout. Everything else is pure: building
-rows and trees from their typed answers (:func:`agent_rows`, :func:`supervisor_forest`) and
-formatting them as text (:func:`format_status`).
+rows and trees from their typed answers (:mod:`reach.tools.status_rows`: :func:`agent_rows`,
+:func:`supervisor_forest`) and formatting them as text (:mod:`reach.tools.status_format`:
+:func:`format_status`); this module gives their names too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from reach._runtime.names import SUPERVISOR_PREFIX, supervisor_name
 from reach.errors import AgentUnavailable, ConfigError, ReachError
-from reach.records import (
-    AgentRecord,
-    AgentStatus,
-    ChildKind,
-    DeadLetter,
-    SupervisorState,
-    SupervisorStatus,
+from reach.records import SupervisorState, SupervisorStatus
+from reach.tools.status_format import (
+    format_agents,
+    format_dead_letters,
+    format_status,
+    format_supervisors,
+    format_tree,
+    table,
+)
+from reach.tools.status_rows import (
+    AgentRow,
+    ChildRow,
+    ClusterStatus,
+    SupervisorNode,
+    agent_rows,
+    short_host,
+    supervisor_forest,
+    supervisor_node,
+    task_totals,
+    walk,
 )
 
 if TYPE_CHECKING:
@@ -65,107 +77,6 @@ class Observed(Protocol):
     def named(self) -> list[str]:
         """Names of reach's live processes."""
         ...
-
-
-@dataclass(frozen=True)
-class AgentRow:
-    """One agent as the registry and its host see it.
-
-    Attributes:
-        agent_id: The agent's ID.
-        node: The first 8 characters of its node's ID.
-        host: Its host's name, without the ``reach.`` prefix.
-        status: Where it is in its life (online, restarting, recovering, offline).
-        load: Requests in flight (from its host when it answered, else the last heartbeat).
-        epoch: Incarnation number, larger after each restart.
-    """
-
-    agent_id: str
-    node: str
-    host: str
-    status: AgentStatus
-    load: int
-    epoch: int
-
-
-@dataclass(frozen=True)
-class ChildRow:
-    """An agent child of a supervisor.
-
-    Attributes:
-        child_id: The agent's ID.
-        restart: Its restart type (permanent, transient, temporary).
-        restarts: How many times its supervisor restarted it.
-        host: Its host, without the ``reach.`` prefix (empty while it restarts).
-        kind: Always ``agent`` (tells it from a :class:`SupervisorNode` in JSON).
-    """
-
-    child_id: str
-    restart: str
-    restarts: int
-    host: str = ""
-    kind: ChildKind = ChildKind.AGENT
-
-
-@dataclass(frozen=True)
-class SupervisorNode:
-    """A supervisor and its children in start order, sub-supervisors nested.
-
-    Attributes:
-        name: The supervisor's name.
-        state: starting, running, stopping, stopped, failed, or unreachable.
-        strategy: one_for_one, one_for_all or rest_for_one.
-        node: The first 8 characters of its node's ID (empty if unknown).
-        restart: How its parent treats it (empty for a root).
-        restarts: How many times its parent restarted it.
-        tasks: Its tasks by state.
-        children: Its children, agents and supervisors.
-        detail: Why it is unreachable, for an unreachable one (may be empty).
-        kind: Always ``supervisor``.
-    """
-
-    name: str
-    state: SupervisorState
-    strategy: str = ""
-    node: str = ""
-    restart: str = ""
-    restarts: int = 0
-    tasks: dict[str, int] = field(default_factory=dict)
-    children: tuple[ChildRow | SupervisorNode, ...] = ()
-    detail: str = ""
-    kind: ChildKind = ChildKind.SUPERVISOR
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    """Everything ``reach status`` reports (``dataclasses.asdict`` makes it JSON-ready).
-
-    Attributes:
-        address: The cluster's address.
-        taken_at: When it was gathered (seconds since the epoch).
-        nodes: Nodes alive.
-        hosts: Hosts holding agents; ``unreachable_hosts`` of them did not answer.
-        agents: Every registered agent, sorted by ID.
-        supervisors: The supervision trees, by root name.
-        tasks: Tasks by state, over every supervisor.
-        dead_letters: How many messages could not be delivered (as many as the registry keeps).
-        recent_letters: The last few of them, oldest first.
-        unreachable_hosts: Hosts that did not answer (their agents show the heartbeat's load).
-    """
-
-    address: str
-    taken_at: float
-    nodes: int
-    hosts: int
-    agents: tuple[AgentRow, ...]
-    supervisors: tuple[SupervisorNode, ...]
-    tasks: dict[str, int]
-    dead_letters: int
-    recent_letters: tuple[DeadLetter, ...]
-    unreachable_hosts: tuple[str, ...] = ()
-
-
-# -- connecting and gathering ----------------------------------------------------------------
 
 
 def connect(address: str | None = None, probe_s: float = PROBE_S) -> str:
@@ -285,173 +196,9 @@ async def _within(call: Callable[[], Awaitable[T]], timeout_s: float) -> T:
         raise AgentUnavailable(f"no answer within {timeout_s} s") from exc
 
 
-# -- building rows and trees (pure) ----------------------------------------------------------
-
-
-def short_host(name: str) -> str:
-    """A host's name without the ``reach.`` prefix every host name has."""
-    return name.removeprefix("reach.")
-
-
-def agent_rows(records: Iterable[AgentRecord], loads: Mapping[str, int]) -> list[AgentRow]:
-    """Rows of registry records, sorted by ID; ``loads`` (from the hosts) beat the records'."""
-    return sorted((AgentRow(agent_id=r.agent_id, node=r.node[:8], host=short_host(r.host),
-                            status=r.status, load=loads.get(r.agent_id, r.load), epoch=r.epoch)
-                   for r in records), key=lambda row: row.agent_id)
-
-
-def supervisor_node(status: SupervisorStatus, *, restart: str = "",
-                    restarts: int = 0) -> SupervisorNode:
-    """The tree of one supervisor's status (its subtree nested)."""
-    counts = Counter(r.child for r in status.restarts)
-    children: list[ChildRow | SupervisorNode] = []
-    for child in status.children:
-        sub = status.subtree.get(child.child_id)
-        if sub is not None:
-            children.append(supervisor_node(sub, restart=child.restart,
-                                            restarts=counts[child.child_id]))
-        else:
-            children.append(ChildRow(child.child_id, child.restart, counts[child.child_id],
-                                     short_host(child.host or "")))
-    return SupervisorNode(name=status.name, state=status.state, strategy=status.strategy,
-                          node=status.node[:8], restart=restart, restarts=restarts,
-                          tasks=dict(status.tasks), children=tuple(children),
-                          detail=status.detail)
-
-
-def supervisor_forest(statuses: Mapping[str, SupervisorStatus]) -> list[SupervisorNode]:
-    """The trees of every supervisor's status, by root name (a nested one is not a root)."""
-    nested: set[str] = set()
-
-    def collect(status: SupervisorStatus) -> None:
-        for name, sub in status.subtree.items():
-            nested.add(name)
-            collect(sub)
-
-    for status in statuses.values():
-        collect(status)
-    return [supervisor_node(statuses[name]) for name in sorted(statuses) if name not in nested]
-
-
-def walk(nodes: Iterable[SupervisorNode]) -> Iterable[SupervisorNode]:
-    """Every supervisor of the trees, each once, parents first."""
-    for node in nodes:
-        yield node
-        yield from walk(c for c in node.children if isinstance(c, SupervisorNode))
-
-
-def task_totals(forest: Iterable[SupervisorNode]) -> dict[str, int]:
-    """Tasks by state over every supervisor of the trees."""
-    total: Counter[str] = Counter()
-    for node in walk(forest):
-        total.update(node.tasks)
-    return dict(sorted(total.items()))
-
-
-# -- formatting (pure) -----------------------------------------------------------------------
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
-          right: Iterable[int] = ()) -> list[str]:
-    """Rows as aligned text columns under ``headers``; columns in ``right`` align right."""
-    cells = [list(headers)] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    to_right = set(right)
-    return ["  ".join(c.rjust(w) if i in to_right else c.ljust(w)
-                      for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-            for row in cells]
-
-
-def format_agents(rows: Sequence[AgentRow], limit: int = 50) -> list[str]:
-    """The agents section: a count by status, then a table (at most ``limit`` rows, 0: all)."""
-    by_status = Counter(r.status for r in rows)
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
-    lines = [f"agents: {len(rows)}" + (f" ({summary})" if rows else "")]
-    if not rows:
-        return lines
-    shown = rows if limit <= 0 else rows[:limit]
-    lines += ["  " + line for line in table(
-        ("ID", "NODE", "HOST", "STATUS", "LOAD", "EPOCH"),
-        ((r.agent_id, r.node, r.host, r.status, r.load, r.epoch) for r in shown),
-        right=(4, 5))]
-    if len(shown) < len(rows):
-        lines.append(f"  ... and {len(rows) - len(shown)} more (--limit 0 shows all)")
-    return lines
-
-
-def _counts(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{state} {n}" for state, n in sorted(counts.items())) or "none"
-
-
-def _supervisor_line(node: SupervisorNode) -> str:
-    why = node.detail.strip().splitlines()  # an unreachable one's first line of why
-    parts = [node.name, f"{node.state}: {why[0]}" if why else node.state]
-    if node.strategy:
-        parts.append(node.strategy)
-    if node.node:
-        parts.append(f"node {node.node}")
-    if node.restart:
-        parts += [node.restart, f"restarts {node.restarts}"]
-    if node.tasks:
-        parts.append(f"tasks: {_counts(node.tasks)}")
-    return "  ".join(parts)
-
-
-def format_tree(node: SupervisorNode) -> list[str]:
-    """One supervision tree: the supervisor, then each child on its own branch."""
-    return ["  " + _supervisor_line(node), *_branches(node, "  ")]
-
-
-def _branches(node: SupervisorNode, indent: str) -> list[str]:
-    lines = []
-    width = max((len(c.child_id) for c in node.children if isinstance(c, ChildRow)), default=0)
-    for i, child in enumerate(node.children):
-        branch, below = ("└─ ", "   ") if i == len(node.children) - 1 else ("├─ ", "│  ")
-        if isinstance(child, SupervisorNode):
-            lines.append(indent + branch + _supervisor_line(child))
-            lines += _branches(child, indent + below)
-        else:
-            host = f"  on {child.host}" if child.host else ""
-            lines.append(f"{indent}{branch}{child.child_id.ljust(width)}  {child.restart}  "
-                         f"restarts {child.restarts}{host}")
-    return lines
-
-
-def format_supervisors(forest: Sequence[SupervisorNode]) -> list[str]:
-    """The supervisors section: each tree, indented, with restart counts."""
-    lines = [f"supervisors: {sum(1 for _ in walk(forest))}"]
-    for node in forest:
-        lines += format_tree(node)
-    return lines
-
-
-def format_dead_letters(count: int, recent: Sequence[DeadLetter], now: float) -> list[str]:
-    """The dead letters section: how many, then the last few with their age and reason."""
-    lines = [f"dead letters: {count}" + (f" (last {len(recent)})" if recent else "")]
-    for letter in recent:
-        age = max(0.0, now - letter.at)
-        lines.append(f"  {_age(age):>8} ago  {letter.code}  {letter.sender} -> {letter.receiver}"
-                     f"  {letter.msg_type}  {letter.reason}".rstrip())
-    return lines
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.0f} h"
-
-
-def format_status(status: ClusterStatus, *, limit: int = 50) -> str:
-    """The whole report, as ``reach status`` prints it."""
-    hosts = f"{status.hosts} hosts" + (f" ({len(status.unreachable_hosts)} not answering: "
-                                       f"{', '.join(map(short_host, status.unreachable_hosts))})"
-                                       if status.unreachable_hosts else "")
-    lines = [f"cluster {status.address}: {status.nodes} nodes, {hosts}", ""]
-    lines += format_agents(status.agents, limit)
-    lines += ["", *format_supervisors(status.supervisors)]
-    lines += ["", f"tasks: {_counts(status.tasks)}"]
-    lines += ["", *format_dead_letters(status.dead_letters, status.recent_letters,
-                                       status.taken_at)]
-    return "\n".join(lines)
+__all__ = [
+    "DEAD_LETTERS_KEPT", "PROBE_S", "AgentRow", "ChildRow", "ClusterStatus", "Observed",
+    "SupervisorNode", "agent_rows", "connect", "find_cluster", "format_agents",
+    "format_dead_letters", "format_status", "format_supervisors", "format_tree", "gather",
+    "short_host", "supervisor_forest", "supervisor_node", "table", "task_totals", "walk",
+]
