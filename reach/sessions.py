@@ -23,6 +23,7 @@ from policies.sessions import Terms
 from reach import clock
 from reach.client import Client, Payload
 from reach.errors import AgentUnavailable, ReachError
+from reach.ports.sessions import NewMessage
 from reach.protocol import Envelope, new_id
 from reach.records import SessionContext, SessionResume
 from reach.replies import Reply, read_reply
@@ -36,7 +37,7 @@ CANCEL_SCHEMA = "reach.cancel@1.0"
 LIMITS_SCHEMA = "reach.session.limits@1.0"
 
 
-def turn(env: Envelope, kind: str) -> dict[str, Any]:
+def turn(env: Envelope, kind: str) -> NewMessage:
     """The session record of an envelope."""
     return {"msg_id": env.msg_id, "sender": env.sender, "kind": kind,
             "payload": dict(env.payload), "schema": env.payload_schema}

@@ -228,7 +228,7 @@ class GatewayServer:
 def shared_task_store(cluster: Cluster) -> TaskStore:
     """The task store the replicas share: A2A tasks kept by reach's session store (they
     outlive a replica, and any replica answers for them)."""
-    return ReachTaskStore(cluster.store())
+    return ReachTaskStore(cluster.a2a_tasks())
 
 
 def _quiet(task: asyncio.Future[Any]) -> None:

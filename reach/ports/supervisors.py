@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from reach.ports.data import ErrorDoc
 from reach.ports.endpoint import Endpoint
 from reach.records import SupervisorStatus, TaskResult
 
@@ -23,7 +24,7 @@ class SupervisorPort(Endpoint, Protocol):
         """Stops its children in reverse order; the order."""
         ...
 
-    def wait_gave_up(self) -> Awaitable[dict[str, Any] | None]:
+    def wait_gave_up(self) -> Awaitable[ErrorDoc | None]:
         """Returns when it ends: None if stopped, the error's info if it gave up."""
         ...
 
