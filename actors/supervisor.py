@@ -23,7 +23,7 @@ from reach._runtime.directory import Directory
 from reach._runtime.metrics import metrics
 from reach._runtime.names import POOL_PREFIX, is_dedicated, supervisor_name
 from reach._runtime.spawner import Spawner
-from reach._runtime.tasks import TaskRunner, TaskSpec, cancel_trace_everywhere
+from reach._runtime.tasks import TaskRunner, cancel_trace_everywhere
 from reach._runtime.transport import Transport
 from reach.agent import Dedicated
 from reach.client import Link
@@ -44,7 +44,7 @@ from reach.records import (
 )
 from reach.security.guard import signed_call
 from reach.security.trail import AuditTrail
-from reach.supervision import ChildSpec, RemoteChild, SupervisorSpec
+from reach.specs import ChildSpec, RemoteChild, SupervisorSpec, TaskSpec
 
 log = logging.getLogger("reach.supervisor")
 

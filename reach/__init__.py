@@ -68,13 +68,8 @@ if _TYPE_CHECKING:
     from reach.runtime import Runtime, init
     from reach.security.guard import SecurityConfig
     from reach.sessions import Session
-    from reach.supervision import (
-        ChildSpec,
-        RemoteChild,
-        SupervisorRef,
-        SupervisorSpec,
-        TaskHandle,
-    )
+    from reach.specs import ChildSpec, RemoteChild, SupervisorSpec
+    from reach.supervision import SupervisorRef, TaskHandle
 
 __version__ = "0.3.1"
 
@@ -85,9 +80,9 @@ _LAZY = {
     "Placement": "reach.agent", "Text": "reach.agent", "handler": "reach.agent",
     "Client": "reach.client", "Reply": "reach.replies", "Context": "reach.context",
     "Runtime": "reach.runtime", "init": "reach.runtime",
-    "ChildSpec": "reach.supervision", "RemoteChild": "reach.supervision",
+    "ChildSpec": "reach.specs", "RemoteChild": "reach.specs",
     "SupervisorRef": "reach.supervision",
-    "SupervisorSpec": "reach.supervision", "TaskHandle": "reach.supervision",
+    "SupervisorSpec": "reach.specs", "TaskHandle": "reach.supervision",
     "Backoff": "policies.backoff", "Intensity": "policies.supervision",
     "RestartType": "policies.supervision", "Strategy": "policies.supervision",
     "SeverityPolicy": "policies.tasks", "TaskPolicy": "policies.tasks",

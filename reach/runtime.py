@@ -53,7 +53,8 @@ from reach.security.guard import (
     signed_call,
 )
 from reach.sessions import Session, find_session, open_session
-from reach.supervision import SupervisorRef, SupervisorSpec
+from reach.specs import SupervisorSpec
+from reach.supervision import SupervisorRef
 from reach.web.options import GATEWAY_APP, GatewayOptions
 
 log = logging.getLogger("reach.runtime")

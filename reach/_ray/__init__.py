@@ -16,7 +16,7 @@ import socket
 import warnings
 from collections.abc import Awaitable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import ray
 from ray.exceptions import RayError
@@ -62,10 +62,8 @@ from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
 from reach.remote.wire import DEFAULT_MAX_FRAME_BYTES
 from reach.security.guard import Guard, SecurityConfig, guard_for
+from reach.specs import SupervisorSpec
 from reach.web.options import DEFAULT_PORT, GatewayOptions
-
-if TYPE_CHECKING:
-    from reach.supervision import SupervisorSpec
 
 P = TypeVar("P", bound=RayPort)
 T = TypeVar("T")

@@ -48,9 +48,9 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
+from reach.specs import TaskSpec
 
 if TYPE_CHECKING:
-    from reach._runtime.tasks import TaskSpec
     from reach.remote.wire import Attached, Hello, WireRefusal
 
 

@@ -15,10 +15,10 @@ from reach.ports.registry import RegistryPort
 from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
+from reach.specs import SupervisorSpec
 
 if TYPE_CHECKING:
     from reach.security.guard import Guard, SecurityConfig
-    from reach.supervision import SupervisorSpec
     from reach.web.options import GatewayOptions
 
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from reach.ports.data import ErrorDoc
 from reach.ports.endpoint import Endpoint
 from reach.records import SupervisorStatus, TaskResult
-
-if TYPE_CHECKING:
-    from reach._runtime.tasks import TaskSpec
+from reach.specs import TaskSpec
 
 
 class SupervisorPort(Endpoint, Protocol):

@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from reach import clock
 from reach._runtime.inline_sqlite import inline_connect
@@ -55,6 +55,7 @@ from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
 from reach.security.guard import Guard, SecurityConfig, guard_for
+from reach.specs import SupervisorSpec
 from reach.testing.ports import (
     FakeA2ATasks,
     FakeAudit,
@@ -68,9 +69,6 @@ from reach.testing.ports import (
     FakeSupervisor,
 )
 from reach.web.options import DEFAULT_PORT, GatewayOptions
-
-if TYPE_CHECKING:
-    from reach.supervision import SupervisorSpec
 
 T = TypeVar("T")
 F = TypeVar("F", bound=FakePort)

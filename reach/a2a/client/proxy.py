@@ -76,7 +76,7 @@ from reach.agent import Agent, Packed, Placement, Text, handler
 from reach.context import Context
 from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
 from reach.records import AgentRecord
-from reach.supervision import ChildSpec
+from reach.specs import ChildSpec
 
 if TYPE_CHECKING:
     from reach.runtime import Runtime
