@@ -24,7 +24,7 @@ from reach.ports.cluster import Cluster
 from reach.ports.registry import RegistryPort
 from reach.records import AgentRecord, AgentStatus
 from reach.security.guard import Guard, signed_call
-from reach.supervision import ChildSpec, RemoteChild
+from reach.specs import ChildSpec, RemoteChild
 
 log = logging.getLogger("reach.supervisor")
 

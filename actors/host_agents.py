@@ -21,6 +21,7 @@ from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
 from reach._runtime.names import check_agent_ids
 from reach._runtime.runner import AgentRunner
+from reach._runtime.trail import AuditTrail
 from reach._runtime.transport import Transport
 from reach.agent import Agent
 from reach.context import Context
@@ -30,7 +31,6 @@ from reach.ports.hosts import CallLimits
 from reach.protocol import Envelope
 from reach.records import AgentExit, AgentRecord, AgentStatus
 from reach.security.guard import acl_from_doc, signed_call
-from reach.security.trail import AuditTrail
 
 log = logging.getLogger("reach.host")
 

@@ -22,7 +22,7 @@ class Inbox:
             self._ready = asyncio.Event()
         return self._ready
 
-    async def deliver(self, frame: bytes, _reply_to: str) -> tuple[list[str], None]:
+    async def deliver(self, frame: bytes, reply_to: str) -> tuple[list[str], None]:
         """Queues a frame for the driver; nothing is ever "not here" and nothing is replied."""
         self.frames.append(frame)
         self._event().set()

@@ -27,11 +27,11 @@ from policies.routing import heartbeat_expired, next_epoch
 from reach import clock
 from reach._runtime.metrics import metrics
 from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, REMOTE_PREFIX, SUPERVISOR_PREFIX
+from reach._runtime.trail import AuditTrail
 from reach.errors import AgentAlreadyExists, AuthError
 from reach.ports.cluster import Cluster
 from reach.records import AgentRecord, AgentStatus, DeadLetter
 from reach.security.guard import acl_from_doc, open_call
-from reach.security.trail import AuditTrail
 
 ONLINE, OFFLINE = AgentStatus.ONLINE, AgentStatus.OFFLINE
 RECOVERING, RESTARTING = AgentStatus.RECOVERING, AgentStatus.RESTARTING

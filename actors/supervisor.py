@@ -26,7 +26,8 @@ from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
 from reach._runtime.names import POOL_PREFIX, supervisor_name
 from reach._runtime.spawner import Spawner
-from reach._runtime.tasks import TaskRunner, TaskSpec, cancel_trace_everywhere
+from reach._runtime.tasks import TaskRunner, cancel_trace_everywhere
+from reach._runtime.trail import AuditTrail
 from reach._runtime.transport import Transport
 from reach.errors import ReachError, RestartLimitExceeded
 from reach.ports.cluster import Cluster
@@ -42,8 +43,7 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
-from reach.security.trail import AuditTrail
-from reach.supervision import ChildSpec, RemoteChild, SupervisorSpec
+from reach.specs import ChildSpec, RemoteChild, SupervisorSpec, TaskSpec
 
 log = logging.getLogger("reach.supervisor")
 

@@ -64,13 +64,8 @@ from reach.runtime import Runtime, RuntimeConfig, init
 from reach.schemas import SchemaRef, SchemaRegistry, schema, schema_registry
 from reach.security.guard import SecurityConfig
 from reach.sessions import Session
-from reach.supervision import (
-    ChildSpec,
-    RemoteChild,
-    SupervisorRef,
-    SupervisorSpec,
-    TaskHandle,
-)
+from reach.specs import ChildSpec, RemoteChild, SupervisorSpec
+from reach.supervision import SupervisorRef, TaskHandle
 
 __all__ = [
     "Acl",

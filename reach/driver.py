@@ -48,7 +48,8 @@ from reach.security.guard import (
     signed_call,
 )
 from reach.sessions import Session, find_session, open_session
-from reach.supervision import SupervisorRef, SupervisorSpec
+from reach.specs import SupervisorSpec
+from reach.supervision import SupervisorRef
 
 log = logging.getLogger("reach.driver")
 

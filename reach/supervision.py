@@ -1,4 +1,5 @@
-"""Supervision trees as a user declares them, and the handles on running supervisors and tasks.
+"""The handles on running supervisors and on the tasks they own (a tree is declared with the
+specs of :mod:`reach.specs`).
 
 Example::
 
@@ -13,113 +14,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from policies.backoff import Backoff
-from policies.supervision import Intensity, RestartType, Strategy
-from policies.tasks import SeverityPolicy, TaskPolicy
-from reach._runtime.tasks import TaskSpec
-from reach.agent import Agent, Dedicated, Placement
 from reach.errors import ErrorInfo, error_from_info
 from reach.ports.cluster import Cluster
 from reach.ports.supervisors import SupervisorPort
 from reach.records import SupervisorStatus, TaskResult
 from reach.schemas import PayloadLike, payload_body
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    """An agent a supervisor starts, watches and restarts.
-
-    Attributes:
-        agent: The agent class.
-        agent_id: Its ID (unique while it lives).
-        placement: Dedicated (default) or packed.
-        restart: permanent (default), transient or temporary.
-        args: Positional arguments of the agent's constructor.
-        kwargs: Keyword arguments of the agent's constructor.
-        shutdown_timeout_s: How long its in-flight requests may finish when it is stopped.
-    """
-
-    agent: type[Agent]
-    agent_id: str
-    placement: Placement = field(default_factory=Dedicated)
-    restart: RestartType = RestartType.PERMANENT
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    shutdown_timeout_s: float = 5.0
-
-    @property
-    def child_id(self) -> str:
-        """The ID the supervisor knows this child by."""
-        return self.agent_id
-
-
-@dataclass(frozen=True)
-class RemoteChild:
-    """An agent that dials in from outside the cluster (``reach connect``, ``clients/js/``):
-    a supervisor cannot start it, but watches it like its other children.
-
-    On start, and after each death of it, the supervisor waits for it to connect (at most
-    ``connect_within_s``; callers' requests wait for it meanwhile, as for a restarting agent):
-    that is its restart, a new incarnation with a larger epoch. Its death is its disconnect
-    outlasting the gateway's grace period (a reconnect within it is a restart its gateway does
-    alone); a goodbye is a normal exit. A failure counts against the intensity like any other,
-    and one that does not come back in time fails its restart. A sibling's failure never stops
-    or waits for it (``one_for_all`` and ``rest_for_one`` restart only the children the
-    supervisor can start); stopping the supervisor removes it from reach and closes its socket.
-
-    Attributes:
-        agent_id: The ID it connects as.
-        restart: permanent (default), transient or temporary.
-        connect_within_s: How long the supervisor waits for it to connect.
-        shutdown_timeout_s: How long its in-flight requests may finish when it is stopped.
-    """
-
-    agent_id: str
-    restart: RestartType = RestartType.PERMANENT
-    connect_within_s: float = 60.0
-    shutdown_timeout_s: float = 5.0
-
-    @property
-    def child_id(self) -> str:
-        """The ID the supervisor knows this child by."""
-        return self.agent_id
-
-
-@dataclass(frozen=True)
-class SupervisorSpec:
-    """A supervisor: its children (agents or supervisors), strategy, intensity and policies.
-
-    Attributes:
-        name: Unique name of the supervisor (its actor is ``reach.sup.<name>``).
-        children: Started in this order (a :class:`RemoteChild` waited for), stopped in the
-            reverse order.
-        strategy: one_for_one (default), one_for_all or rest_for_one.
-        intensity: At most this many restarts in this period before giving up (1 in 5 s).
-        backoff: Delays before restarts (a task's retries wait as its ``task_policy`` says).
-        task_policy: Decides on task errors (any object with ``decide``).
-        restart: How the parent treats this supervisor as a child.
-        shutdown_timeout_s: How long stopping this supervisor's subtree may take.
-        seed: Seed of the random generator for jitter (None: unpredictable).
-    """
-
-    name: str
-    children: Sequence[ChildSpec | RemoteChild | SupervisorSpec] = ()
-    strategy: Strategy = Strategy.ONE_FOR_ONE
-    intensity: Intensity = field(default_factory=Intensity)
-    backoff: Backoff = field(default_factory=Backoff)
-    task_policy: TaskPolicy = field(default_factory=SeverityPolicy)
-    restart: RestartType = RestartType.PERMANENT
-    shutdown_timeout_s: float = 10.0
-    seed: int | None = None
-
-    @property
-    def child_id(self) -> str:
-        """The ID the parent knows this supervisor by."""
-        return self.name
+from reach.specs import TaskSpec
 
 
 class TaskHandle:
@@ -200,4 +100,4 @@ class SupervisorRef:
         return order
 
 
-__all__ = ["ChildSpec", "RemoteChild", "SupervisorRef", "SupervisorSpec", "TaskHandle"]
+__all__ = ["SupervisorRef", "TaskHandle"]

@@ -1,48 +1,73 @@
-"""reach on Ray: the one module of ``reach`` that imports Ray (``actors/`` aside).
+"""reach on Ray: the one package of ``reach`` that imports Ray (``actors/`` aside).
 
-It implements :class:`reach.ports.cluster.Cluster`: reach's processes are Ray actors (the classes of
-``actors/``, made remote here), a port is a typed proxy of an actor handle, and every Ray error
-is translated into reach's error tree in one place, :func:`translate`. It also starts or joins
+It implements :class:`reach.ports.cluster.Cluster`: reach's processes are Ray actors (the classes
+of ``actors/``, made remote here), a port is a typed adapter of an actor handle
+(:mod:`reach._ray.ports`), and every Ray error is translated into reach's error tree in one
+place, :func:`~reach._ray.ports.translate`. It also starts or joins
 Ray for :func:`reach.init`, feeds ``ray.util.metrics``, and answers the questions ``reach status``
 asks of a running cluster.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
 import warnings
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, TypeVar
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from reach._ray.ports import (
+    RayA2ATasks,
+    RayAudit,
+    RayCall,
+    RayEndpoint,
+    RayHost,
+    RayInbox,
+    RayPort,
+    RayRegistry,
+    RayRemoteHost,
+    RaySessions,
+    RaySupervisor,
+    translate,
+)
 from reach._runtime.metrics import export_through
-from reach._runtime.names import NAMESPACE, REGISTRY_NAME, STORE_NAME
+from reach._runtime.names import (
+    NAMESPACE,
+    REGISTRY_NAME,
+    REMOTE_PREFIX,
+    STORE_NAME,
+    supervisor_name,
+)
 from reach.errors import (
     AgentAlreadyExists,
     AgentNotFound,
     AgentUnavailable,
     ConfigError,
-    ReachError,
     SessionNotFound,
 )
+from reach.ports.a2a_tasks import A2ATaskPort
+from reach.ports.audit import AuditPort
 from reach.ports.cluster import NodeInfo
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
 from reach.ports.registry import RegistryPort
 from reach.ports.remote import RemoteHostPort
-from reach.ports.sessions import StorePort
+from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
 from reach.remote.wire import DEFAULT_MAX_FRAME_BYTES
 from reach.security.guard import Guard, SecurityConfig, guard_for
+from reach.specs import SupervisorSpec
 from reach.web.options import DEFAULT_PORT, GatewayOptions
+
+P = TypeVar("P", bound=RayPort)
+T = TypeVar("T")
 
 log = logging.getLogger("reach.ray")
 
@@ -55,74 +80,6 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "inbox": {"num_cpus": 0},
     "remote": {"num_cpus": 0, "max_concurrency": 10_000},
 }
-
-
-def translate(exc: BaseException, name: str) -> BaseException:
-    """What a failed call to the process ``name`` raises: the one translation of Ray's errors.
-
-    A ReachError raised remotely arrives as itself; so does the exception an agent's constructor
-    (or ``on_start``) raised in a host. A dead or unreachable process is AgentUnavailable.
-    """
-    if isinstance(exc, ReachError):
-        return exc
-    if isinstance(exc, RayTaskError):
-        cause = exc.cause
-        if isinstance(cause, BaseException) and not isinstance(cause, RayError):
-            return cause
-    if isinstance(exc, RayActorError):
-        return AgentUnavailable(
-            f"{name} is dead or unreachable: {type(exc).__name__}",
-            suggestion="retry: a supervisor may restart the agent, or another holder may answer",
-            details={"endpoint": name},
-        )
-    if isinstance(exc, GetTimeoutError):
-        return AgentUnavailable(f"{name} did not answer in time", details={"endpoint": name})
-    return AgentUnavailable(f"call to {name} failed: {type(exc).__name__}: {exc}",
-                            details={"endpoint": name})
-
-
-class _Call:
-    """A call under way on an actor: awaiting it gives its result or its translated error."""
-
-    __slots__ = ("_name", "_ref")
-
-    def __init__(self, ref: Any, name: str) -> None:
-        self._ref = ref
-        self._name = name
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        try:
-            return (yield from self._ref.__await__())
-        except RayError as exc:
-            raise translate(exc, self._name) from exc
-
-
-class _Port:
-    """A typed port (HostPort, RegistryPort...) over one actor handle: ``port.m(*a)`` starts
-    ``handle.m.remote(*a)`` at once and returns a :class:`_Call`."""
-
-    def __init__(self, handle: Any, name: str) -> None:
-        self.handle = handle
-        self.name = name
-
-    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        remote = getattr(self.handle, method).remote
-        name = self.name
-
-        ships = method in _SHIPS_CLASSES
-
-        def call(*args: Any, **kwargs: Any) -> _Call:
-            if ships:
-                args = tuple(_ship(a) for a in args)
-            return _Call(remote(*args, **kwargs), name)
-
-        setattr(self, method, call)  # the next call skips __getattr__
-        return call
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Port, (self.handle, self.name))
 
 
 def _remote(kind: str) -> Any:
@@ -145,63 +102,12 @@ _ACTORS = {"host": ("actors.host", "AgentHost"), "registry": ("actors.registry",
 _CLASSES: dict[str, Any] = {}
 
 
-#: Host methods whose arguments include agent classes (one, or a list of them).
-_SHIPS_CLASSES = frozenset({"add_agents", "preload"})
-
-
-class _ShippedClass:
-    """An agent class as a call argument: pickled once per sending process, rebuilt once per
-    receiving process.
-
-    A class defined in a script travels by value; pickling it costs the sender about 1 ms and
-    rebuilding it a fresh receiver about 10 ms (its models' schemas), five times more on a
-    loaded machine: on a restart's path. Its pickle is kept here, keyed by its digest, and a
-    process that rebuilt a class once finds it by that key (a class is sent as it was when this
-    process first sent it).
-    """
-
-    __slots__ = ("blob", "key")
-
-    def __init__(self, key: str, blob: bytes) -> None:
-        self.key = key
-        self.blob = blob
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_received_class, (self.key, self.blob))
-
-
-_SHIPPED: dict[type, _ShippedClass] = {}
-_RECEIVED: dict[str, type] = {}
-
-
-def _ship(arg: Any) -> Any:
-    """``arg``, with the classes in it (it, or the items of a list) as shipped classes."""
-    if isinstance(arg, list):
-        return [_ship(a) for a in arg]
-    if not isinstance(arg, type):
-        return arg
-    shipped = _SHIPPED.get(arg)
-    if shipped is None:
-        blob: bytes = ray.cloudpickle.dumps(arg)  # type: ignore[no-untyped-call]
-        key = hashlib.sha256(blob).hexdigest()
-        shipped = _SHIPPED[arg] = _ShippedClass(key, blob)
-        _RECEIVED.setdefault(key, arg)
-    return shipped
-
-
-def _received_class(key: str, blob: bytes) -> type:
-    """The class of a shipped class's pickle, rebuilt the first time only."""
-    cls = _RECEIVED.get(key)
-    if cls is None:
-        cls = _RECEIVED[key] = cast(type, ray.cloudpickle.loads(blob))
-    return cls
-
-
 class RayCluster:
     """The :class:`~reach.ports.cluster.Cluster` on Ray: reach's processes are named actors in the
-    ``reach`` namespace. Pickles as its namespace and the handles of the registry and the
-    session store when it has them (Ray restarts those two in place, so their handles stay
-    good); other processes are looked up anew by name.
+    ``reach`` namespace, and their ports are the adapters of :mod:`reach._ray.ports` over the
+    actors' handles. Pickles as its namespace and the handles of the registry and the session
+    store when it has them (Ray restarts those two in place, so their handles stay good); other
+    processes are looked up anew by name.
 
     Looking an actor up by name (``ray.get_actor``) blocks the caller's event loop for a
     round trip to Ray's control store, 20-30 ms when a process has just died: a host given a
@@ -212,59 +118,86 @@ class RayCluster:
                  handles: dict[str, Any] | None = None) -> None:
         self.security = security
         self.namespace = namespace
-        self._ports: dict[str, _Port] = {name: _Port(handle, name)
-                                         for name, handle in (handles or {}).items()}
+        # Invariant: every port cached for a name wraps that name's handle here.
+        self._handles: dict[str, Any] = dict(handles or {})
+        self._ports: dict[str, dict[type[RayPort], RayPort]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        known = {name: self._ports[name].handle for name in (REGISTRY_NAME, STORE_NAME)
-                 if name in self._ports}
+        known = {name: self._handles[name] for name in (REGISTRY_NAME, STORE_NAME)
+                 if name in self._handles}
         return (RayCluster, (self.security, self.namespace, known))
 
     def guard(self) -> Guard | None:
         """See :meth:`reach.ports.cluster.Cluster.guard`."""
         return guard_for(self.security)
 
-    def _port(self, name: str) -> _Port:
-        port = self._ports.get(name)
-        if port is None:
+    def _port(self, name: str, kind: type[P]) -> P:
+        """The port of kind ``kind`` of the actor ``name`` (looked up once, then cached)."""
+        ports = self._ports.get(name)
+        port = ports.get(kind) if ports is not None else None
+        if isinstance(port, kind):
+            return port
+        handle = self._handles.get(name)
+        if handle is None:
             try:
                 handle = ray.get_actor(name, namespace=self.namespace)
             except ValueError as exc:  # Ray's way of saying that no actor has the name
                 raise AgentUnavailable(f"{name} does not exist (its process is gone)",
                                        details={"endpoint": name}) from exc
-            port = self._ports[name] = _Port(handle, name)
-        return port
+            self._handles[name] = handle
+        made = kind(handle, name)
+        self._ports.setdefault(name, {})[kind] = made
+        return made
+
+    def _started(self, name: str, handle: Any, kind: type[P]) -> P:
+        """The port of an actor just started (replacing what was cached of the name)."""
+        self.forget(name)
+        self._handles[name] = handle
+        return self._port(name, kind)
 
     def registry(self) -> RegistryPort:
         """See :meth:`reach.ports.cluster.Cluster.registry`."""
-        return cast(RegistryPort, self._port(REGISTRY_NAME))
+        return self._port(REGISTRY_NAME, RayRegistry)
 
-    def store(self) -> StorePort:
-        """See :meth:`reach.ports.cluster.Cluster.store`."""
+    def _store(self, kind: type[P]) -> P:
         try:
-            return cast(StorePort, self._port(STORE_NAME))
+            return self._port(STORE_NAME, kind)
         except AgentUnavailable as exc:
             raise SessionNotFound("no session store is running",
                                   suggestion="start the runtime with reach.init() first") from exc
 
+    def sessions(self) -> SessionsPort:
+        """See :meth:`reach.ports.cluster.Cluster.sessions`."""
+        return self._store(RaySessions)
+
+    def a2a_tasks(self) -> A2ATaskPort:
+        """See :meth:`reach.ports.cluster.Cluster.a2a_tasks`."""
+        return self._store(RayA2ATasks)
+
+    def audit_log(self) -> AuditPort:
+        """See :meth:`reach.ports.cluster.Cluster.audit_log`."""
+        return self._store(RayAudit)
+
     def endpoint(self, name: str) -> Endpoint:
         """See :meth:`reach.ports.cluster.Cluster.endpoint`."""
-        return cast(Endpoint, self._port(name))
+        return self._port(name, RayEndpoint)
 
     def host(self, name: str) -> HostPort:
-        """See :meth:`reach.ports.cluster.Cluster.host`."""
-        return cast(HostPort, self._port(name))
+        """See :meth:`reach.ports.cluster.Cluster.host` (the port of a remote agents' host has
+        its remote calls too: an agent reconnecting elsewhere is handed over through it)."""
+        return self._port(name, RayRemoteHost if name.startswith(REMOTE_PREFIX) else RayHost)
 
     def supervisor(self, name: str) -> SupervisorPort:
         """See :meth:`reach.ports.cluster.Cluster.supervisor`."""
         try:
-            return cast(SupervisorPort, self._port(name))
+            return self._port(name, RaySupervisor)
         except AgentUnavailable as exc:
             raise AgentNotFound(f"no supervisor {name!r} is running",
                                 details={"supervisor": name}) from exc
 
     def forget(self, name: str) -> None:
         """See :meth:`reach.ports.cluster.Cluster.forget`."""
+        self._handles.pop(name, None)
         self._ports.pop(name, None)
 
     def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
@@ -284,14 +217,11 @@ class RayCluster:
             # spawner starts a dead pool host again, under its name, when it needs it.
             options.update(get_if_exists=True, lifetime="detached")
         handle = _remote("host").options(**options).remote(name, self, limits)
-        port = self._ports[name] = _Port(handle, name)
-        return cast(HostPort, port)
+        return self._started(name, handle, RayHost)
 
-    def start_supervisor(self, spec: Any, parent: str | None, limits: CallLimits,
+    def start_supervisor(self, spec: SupervisorSpec, parent: str | None, limits: CallLimits,
                          node_id: str) -> SupervisorPort:
         """See :meth:`reach.ports.cluster.Cluster.start_supervisor`."""
-        from reach._runtime.names import supervisor_name
-
         name = supervisor_name(spec.name)
         # Hard affinity: Ray ignores soft affinity for an actor that asks for no CPU.
         options: dict[str, Any] = {
@@ -304,8 +234,7 @@ class RayCluster:
         except ValueError as exc:
             raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
                                      details={"supervisor": spec.name}) from exc
-        port = self._ports[name] = _Port(handle, name)
-        return cast(SupervisorPort, port)
+        return self._started(name, handle, RaySupervisor)
 
     def start_inbox(self, name: str) -> InboxPort:
         """See :meth:`reach.ports.cluster.Cluster.start_inbox`."""
@@ -313,8 +242,7 @@ class RayCluster:
         here = NodeAffinitySchedulingStrategy(self.node_id(), soft=False)
         handle = _remote("inbox").options(name=name, namespace=self.namespace,
                                           scheduling_strategy=here).remote()
-        port = self._ports[name] = _Port(handle, name)
-        return cast(InboxPort, port)
+        return self._started(name, handle, RayInbox)
 
     def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
                           queue_limit: int) -> RemoteHostPort:
@@ -324,15 +252,13 @@ class RayCluster:
         handle = _remote("remote").options(name=name, namespace=self.namespace,
                                            scheduling_strategy=here).remote(
             name, self, limits, grace_s, queue_limit)
-        port = self._ports[name] = _Port(handle, name)
-        return cast(RemoteHostPort, port)
+        return self._started(name, handle, RayRemoteHost)
 
     def kill(self, port: Endpoint) -> None:
         """See :meth:`reach.ports.cluster.Cluster.kill`."""
-        self._ports.pop(port.name, None)
-        handle = port.handle if isinstance(port, _Port) else None
-        if handle is not None:
-            ray.kill(handle)
+        self.forget(port.name)
+        if isinstance(port, RayPort):
+            ray.kill(port.handle)
 
     def node_id(self) -> str:
         """See :meth:`reach.ports.cluster.Cluster.node_id`."""
@@ -418,35 +344,34 @@ class RayCluster:
         if pin:  # where the session store is (the head, on a `ray up` cluster)
             options["resources"] = {pin: 0.001}
         handle = _remote("registry").options(**options).remote(self, interval_s, misses)
-        self._ports[REGISTRY_NAME] = _Port(handle, REGISTRY_NAME)
-        return self.registry()
+        return self._started(REGISTRY_NAME, handle, RayRegistry)
 
-    def start_store(self, path: str, pin: str | None, options: dict[str, Any]) -> StorePort:
+    def start_store(self, path: str, pin: str | None, options: dict[str, Any]) -> SessionsPort:
         """The session store, started unless it runs; pinned to the node with ``pin``."""
         actor: dict[str, Any] = {"name": STORE_NAME, "namespace": self.namespace,
                                  "lifetime": "detached", "get_if_exists": True, "num_cpus": 0}
         if pin:  # so that its SQLite file stays put
             actor["resources"] = {pin: 0.001}
         handle = _remote("store").options(**actor).remote(self, path, **options)
-        self._ports[STORE_NAME] = _Port(handle, STORE_NAME)
-        return self.store()
+        return self._started(STORE_NAME, handle, RaySessions)
 
     def wait(self, calls: Sequence[Awaitable[Any]], timeout_s: float) -> None:
         """Blocks until the calls end or ``timeout_s`` passes (for synchronous shutdowns)."""
-        refs = [c._ref for c in calls if isinstance(c, _Call)]
+        refs = [c.ref for c in calls if isinstance(c, RayCall)]
         ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
-    def get(self, call: Awaitable[Any], timeout_s: float) -> Any:
+    def get(self, call: Awaitable[T], timeout_s: float) -> T:
         """The result of a call, blocking (outside an event loop only).
 
         Raises:
             ReachError: the call failed (translated), or took longer than ``timeout_s``.
         """
-        assert isinstance(call, _Call)
+        assert isinstance(call, RayCall)
         try:
-            return ray.get(call._ref, timeout=timeout_s)
+            result: T = ray.get(call.ref, timeout=timeout_s)
         except RayError as exc:
-            raise translate(exc, call._name) from exc
+            raise translate(exc, call.name) from exc
+        return result
 
     def resources(self) -> dict[str, float]:
         """The cluster's total resources, by name."""

@@ -39,6 +39,7 @@ from reach.errors import (
     RequestTimeout,
     TaskCancelled,
 )
+from reach.ports.sessions import RecordedReply
 from reach.protocol import Envelope, MsgType
 from reach.schemas import schema_registry
 
@@ -285,7 +286,7 @@ class AgentRunner:
             return reply, "ok"
         return self._fenced(env, token, commit["reply"]), DISCARDED
 
-    def _fenced(self, env: Envelope, token: int, recorded: dict[str, Any] | None) -> Envelope:
+    def _fenced(self, env: Envelope, token: int, recorded: RecordedReply | None) -> Envelope:
         """The answer of a holder whose result a later claim fenced off: the recorded reply, or
         while the other holder has recorded none, a retryable AgentUnavailable."""
         log.warning("discarded the result of %s for request %s (token %d, trace %s): a later "

@@ -21,6 +21,7 @@ from reach import clock
 from reach._runtime.courier import Courier
 from reach.agent import Agent
 from reach.errors import AgentUnavailable, ReachError
+from reach.ports.sessions import NewMessage
 from reach.protocol import Envelope
 
 #: Notification asking a receiver to stop handling a request: {"request_id": str}.
@@ -29,7 +30,7 @@ CANCEL_SCHEMA = "reach.cancel@1.0"
 LIMITS_SCHEMA = "reach.session.limits@1.0"
 
 
-def turn(env: Envelope, kind: str) -> dict[str, Any]:
+def turn(env: Envelope, kind: str) -> NewMessage:
     """The session record of an envelope."""
     return {"msg_id": env.msg_id, "sender": env.sender, "kind": kind,
             "payload": dict(env.payload), "schema": env.payload_schema}

@@ -1,4 +1,4 @@
-"""A process's way to the session store: its port, with appends coalesced.
+"""A process's way to the session store's sessions: their port, with appends coalesced.
 
 Many small appends from one process become few store calls: while one ``append_many`` call is in
 flight, every append made meanwhile joins the next one (as the transport does for envelopes), and
@@ -11,37 +11,36 @@ import asyncio
 
 from reach.errors import ErrorInfo, ReachError, error_from_info
 from reach.ports.cluster import Cluster
-from reach.ports.sessions import StorePort
-
-Message = dict[str, object]
+from reach.ports.sessions import NewMessage, SessionsPort
 
 
 class StoreClient:
-    """The session store as one process uses it (created on first use, by :attr:`Link.store`).
+    """The session store's sessions as one process uses them (created on first use, by
+    :attr:`Link.store`).
 
     Args:
         cluster: Where the store is.
-        port: The store to use (default: the deployment's).
+        port: The sessions' port to use (default: the deployment's).
     """
 
-    def __init__(self, cluster: Cluster, port: StorePort | None = None) -> None:
+    def __init__(self, cluster: Cluster, port: SessionsPort | None = None) -> None:
         self._cluster = cluster
         self._port = port
-        self._queue: list[tuple[str, list[dict[str, object]], asyncio.Future[list[int]]]] = []
+        self._queue: list[tuple[str, list[NewMessage], asyncio.Future[list[int]]]] = []
         self._busy = False
 
     @property
-    def port(self) -> StorePort:
-        """The store's port.
+    def port(self) -> SessionsPort:
+        """The sessions' port.
 
         Raises:
             SessionNotFound: no session store runs.
         """
         if self._port is None:
-            self._port = self._cluster.store()
+            self._port = self._cluster.sessions()
         return self._port
 
-    async def append(self, session_id: str, messages: list[dict[str, object]]) -> list[int]:
+    async def append(self, session_id: str, messages: list[NewMessage]) -> list[int]:
         """Appends once committed; returns the sequence numbers.
 
         Raises:
@@ -55,7 +54,7 @@ class StoreClient:
             asyncio.get_running_loop().create_task(self._drain(port))
         return await future
 
-    async def _drain(self, port: StorePort) -> None:
+    async def _drain(self, port: SessionsPort) -> None:
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
@@ -69,10 +68,10 @@ class StoreClient:
                 for (*_, future), result in zip(batch, results, strict=True):
                     if future.done():
                         continue
-                    if isinstance(result, dict):
-                        future.set_exception(error_from_info(ErrorInfo.model_validate(result)))
-                    else:
+                    if isinstance(result, list):
                         future.set_result(result)
+                    else:
+                        future.set_exception(error_from_info(ErrorInfo.model_validate(result)))
                 await asyncio.sleep(0)  # let woken appenders join the next call
         finally:
             self._busy = False

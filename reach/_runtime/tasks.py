@@ -40,30 +40,10 @@ from reach.errors import (
 from reach.ports.cluster import Cluster
 from reach.protocol import new_id
 from reach.records import AgentRecord, Attempt, AttemptOutcome, TaskResult
+from reach.specs import TaskSpec
 
 #: Ended tasks an owner remembers for ``wait``; beyond that the oldest are forgotten.
 KEEP_TASKS = 10_000
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What to do: send ``payload`` to ``target`` (an agent ID, or a capability).
-
-    Attributes:
-        target: Agent ID, or capability tag when ``by_capability``.
-        payload: The request payload (a mapping valid under ``schema``).
-        schema: The payload's ``name@MAJOR.MINOR``.
-        by_capability: Route to the least-loaded holder of ``target``, failing over on retries.
-        timeout_ms: Budget of the whole task, every attempt and backoff included.
-        retry_limit: Retries allowed after the first attempt.
-    """
-
-    target: str
-    payload: dict[str, Any]
-    schema: str
-    by_capability: bool = False
-    timeout_ms: int = 30_000
-    retry_limit: int = 3
 
 
 @dataclass

@@ -32,6 +32,7 @@ from reach._runtime.store import StoreClient
 from reach.bench.anchors import kill, ray_actor
 from reach.bench.progress import Meter
 from reach.bench.results import add_out, write
+from reach.ports.sessions import NewMessage
 from reach.security.guard import SecurityConfig
 
 PAYLOAD = {"text": "客户问：订单 A-1024 什么时候到？ 📦", "order_id": "A-1024"}
@@ -89,7 +90,7 @@ async def store_level(folder: Path, group_commit: bool, callers: int, per_call: 
     async def caller(c: int) -> None:
         nonlocal sent
         while sent < messages:
-            batch: list[dict[str, object]] = [
+            batch: list[NewMessage] = [
                 {"msg_id": f"c{c}-{sent + k}", "sender": "a", "payload": PAYLOAD}
                 for k in range(per_call)]
             sent += per_call

@@ -45,6 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reach._runtime.names import INBOX_PREFIX, REMOTE_PREFIX
 from reach._runtime.tasks import cancel_trace_everywhere
+from reach._runtime.trail import AuditTrail
 from reach._version import __version__
 from reach.a2a.server.cards import agent_card, router_card
 from reach.a2a.server.catalog import Catalog
@@ -64,7 +65,6 @@ from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.security.keys import Keyring
-from reach.security.trail import AuditTrail
 from reach.web.auth import ANONYMOUS, bearer_token, principal_for
 from reach.web.options import GatewayOptions
 
@@ -227,7 +227,7 @@ class GatewayServer:
 def shared_task_store(cluster: Cluster) -> TaskStore:
     """The task store the replicas share: A2A tasks kept by reach's session store (they
     outlive a replica, and any replica answers for them)."""
-    return ReachTaskStore(cluster.store())
+    return ReachTaskStore(cluster.a2a_tasks())
 
 
 def _quiet(task: asyncio.Future[Any]) -> None:

@@ -9,20 +9,31 @@ watches and kills reach's processes, and to the ports it hands out, one module p
 - :mod:`reach.ports.hosts`: :class:`HostPort` (a host of agents), :class:`HostShape`,
   :class:`CallLimits`;
 - :mod:`reach.ports.registry`: :class:`RegistryPort`;
-- :mod:`reach.ports.sessions`, :mod:`reach.ports.audit`, :mod:`reach.ports.a2a_tasks`: what the
-  session store keeps (sessions and pending requests, the audit log, the A2A gateway's tasks);
+- :mod:`reach.ports.sessions` (sessions, pending requests, recorded replies),
+  :mod:`reach.ports.audit` (the audit log) and :mod:`reach.ports.a2a_tasks` (the A2A gateway's
+  tasks): what the session store keeps, as three ports the Cluster hands out apart (one store
+  process implements them all);
 - :mod:`reach.ports.supervisors`: :class:`SupervisorPort`;
 - :mod:`reach.ports.inbox`: :class:`InboxPort` (a driver's reply inbox);
-- :mod:`reach.ports.cluster`: the :class:`Cluster` itself and :class:`NodeInfo`.
+- :mod:`reach.ports.cluster`: the :class:`Cluster` itself and :class:`NodeInfo`;
+- :mod:`reach.ports.data`: plain data several ports carry (an error's info, a JSON object).
 
-A module of reach imports the port modules it uses, not this package (which imports them all).
+What crosses a port is typed: records of :mod:`reach.records`, or the TypedDicts of the port's
+module for what a process answers as plain data; no port takes or gives ``Any`` (but the
+envelopes :class:`RemoteHostPort` passes through as the remote agents sent them). A module of
+reach imports the port modules it uses, not this package (which imports them all).
 
 Two implementations exist, as httpx has a real transport and ``MockTransport``:
 
-- :mod:`reach._ray` runs each process as a Ray actor; it is the only module of ``reach`` that
-  imports Ray, and it translates every Ray error into reach's error tree in one place;
+- :mod:`reach._ray` runs each process as a Ray actor, and :mod:`reach._ray.ports` adapts an
+  actor's handle to each port; the seam is the only part of ``reach`` that imports Ray, and it
+  translates every Ray error into reach's error tree in one place;
 - :mod:`reach.testing` runs them all in one event loop, with a clock the test controls, so the
-  runtime's logic is proven in milliseconds without a cluster.
+  runtime's logic is proven in milliseconds without a cluster (:mod:`reach.testing.ports`
+  adapts its simulated processes to each port).
+
+Each adapter is a class mypy checks against its port, and a unit test compares every port
+method's parameters with the actor's that implements it (``actors/``) and with both adapters'.
 
 A call on a port starts when it is made (a port method is not a coroutine function: it returns
 an awaitable of a call already under way), so a caller that does not await a fire-and-forget
@@ -36,31 +47,59 @@ holding WebSockets to agents outside the cluster, a proxy of a remote A2A agent)
 batched to, supervised and audited like any other host.
 """
 
-from reach.ports.a2a_tasks import A2ATaskPort
-from reach.ports.audit import AuditPort
+from reach.ports.a2a_tasks import A2ACursor, A2ATaskPort, A2ATaskRow
+from reach.ports.audit import AuditEntry, AuditPort, AuditRecord
 from reach.ports.cluster import Cluster, NodeInfo
+from reach.ports.data import ErrorDoc, JsonObject
 from reach.ports.endpoint import Delivered, Endpoint
-from reach.ports.hosts import CallLimits, HostPort, HostShape
+from reach.ports.hosts import CallLimits, HandlerDoc, HostInfo, HostPort, HostShape
 from reach.ports.inbox import InboxPort
-from reach.ports.registry import RegistryPort
+from reach.ports.registry import AclDoc, AclRuleDoc, CallSignature, RegistryPort, RegistryStats
 from reach.ports.remote import RemoteHostPort
-from reach.ports.sessions import SessionsPort, StorePort
+from reach.ports.sessions import (
+    CommittedReply,
+    NewMessage,
+    OpenedSession,
+    PendingRequest,
+    RecordedReply,
+    SessionsPort,
+    StoreStats,
+    TermsDoc,
+)
 from reach.ports.supervisors import SupervisorPort
 
 __all__ = [
+    "A2ACursor",
     "A2ATaskPort",
+    "A2ATaskRow",
+    "AclDoc",
+    "AclRuleDoc",
+    "AuditEntry",
     "AuditPort",
+    "AuditRecord",
     "CallLimits",
+    "CallSignature",
     "Cluster",
+    "CommittedReply",
     "Delivered",
     "Endpoint",
+    "ErrorDoc",
+    "HandlerDoc",
+    "HostInfo",
     "HostPort",
     "HostShape",
     "InboxPort",
+    "JsonObject",
+    "NewMessage",
     "NodeInfo",
+    "OpenedSession",
+    "PendingRequest",
+    "RecordedReply",
     "RegistryPort",
+    "RegistryStats",
     "RemoteHostPort",
     "SessionsPort",
-    "StorePort",
+    "StoreStats",
     "SupervisorPort",
+    "TermsDoc",
 ]

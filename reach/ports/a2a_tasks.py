@@ -6,21 +6,27 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Protocol
 
+#: An A2A task to save: ``(task_id, owner, context_id, state, updated, doc)``: its ID, owner,
+#: context, ``TaskState`` number, status timestamp in epoch nanoseconds (None if none) and
+#: serialized ``Task``.
+A2ATaskRow = tuple[str, str, str, int, int | None, bytes]
+
+#: A position in an owner's listing of A2A tasks: ``(updated, task_id)`` of a task.
+A2ACursor = tuple[int | None, str]
+
 
 class A2ATaskPort(Protocol):
     """The A2A gateway's tasks (kept by the session store), each owned by one caller."""
 
     def a2a_save(self, task_id: str, owner: str, *, context_id: str, state: int,
                  updated: int | None, doc: bytes) -> Awaitable[None]:
-        """Saves (inserts or replaces) an A2A task of ``owner``: its context, ``TaskState``
-        number, status timestamp in epoch nanoseconds (None if none) and serialized ``Task``;
-        AuthError if the task ID is another owner's."""
+        """Saves (inserts or replaces) an A2A task of ``owner`` (the fields of an
+        :data:`A2ATaskRow`); AuthError if the task ID is another owner's."""
         ...
 
-    def a2a_save_many(self, rows: list[tuple[str, str, str, int, int | None, bytes]],
-                      ) -> Awaitable[list[bool]]:
-        """Saves A2A tasks in order, in one commit (each row ``(task_id, owner, context_id,
-        state, updated, doc)``); for each, whether it was saved (False: another owner's ID)."""
+    def a2a_save_many(self, rows: list[A2ATaskRow]) -> Awaitable[list[bool]]:
+        """Saves A2A tasks in order, in one commit; for each, whether it was saved (False:
+        another owner's ID)."""
         ...
 
     def a2a_get(self, task_id: str, owner: str) -> Awaitable[bytes | None]:
@@ -29,13 +35,13 @@ class A2ATaskPort(Protocol):
 
     def a2a_list(self, owner: str, *, context_id: str = "", state: int = 0,
                  updated_after: int | None = None, page_size: int,
-                 after: tuple[int | None, str] | None = None, inclusive: bool = False,
-                 ) -> Awaitable[tuple[list[bytes], tuple[int | None, str] | None, int]]:
+                 after: A2ACursor | None = None, inclusive: bool = False,
+                 ) -> Awaitable[tuple[list[bytes], A2ACursor | None, int]]:
         """A page of an owner's A2A tasks, by status timestamp then task ID, both descending
         (tasks without a timestamp last), filtered by context, state and timestamp (``""``,
-        0, None: no filter), starting past the position ``after`` (``(updated, task_id)``; at
-        it if ``inclusive``): the page, the position of its last task if more follow, and how
-        many tasks pass the filters in all."""
+        0, None: no filter), starting past the position ``after`` (at it if ``inclusive``):
+        the page, the position of its last task if more follow, and how many tasks pass the
+        filters in all."""
         ...
 
     def a2a_delete(self, task_id: str, owner: str) -> Awaitable[bool]:
@@ -43,4 +49,4 @@ class A2ATaskPort(Protocol):
         ...
 
 
-__all__ = ["A2ATaskPort"]
+__all__ = ["A2ACursor", "A2ATaskPort", "A2ATaskRow"]

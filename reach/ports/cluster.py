@@ -6,17 +6,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from reach.ports.a2a_tasks import A2ATaskPort
+from reach.ports.audit import AuditPort
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
 from reach.ports.registry import RegistryPort
 from reach.ports.remote import RemoteHostPort
-from reach.ports.sessions import StorePort
+from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
+from reach.specs import SupervisorSpec
 
 if TYPE_CHECKING:
     from reach.security.guard import Guard, SecurityConfig
-    from reach.supervision import SupervisorSpec
     from reach.web.options import GatewayOptions
 
 
@@ -30,7 +32,9 @@ class NodeInfo:
 
 
 class Cluster(Protocol):
-    """Finds, creates, watches and kills reach's processes, and hands out typed ports.
+    """Finds, creates, watches and kills reach's processes, and hands out their ports (one per
+    concern: the session store's three are handed out apart, so that each user depends on the
+    one it uses).
 
     A Cluster pickles: a host or supervisor is started with its creator's cluster and uses it
     to reach the others; the deployment's security settings travel with it.
@@ -49,8 +53,24 @@ class Cluster(Protocol):
         """The registry."""
         ...
 
-    def store(self) -> StorePort:
-        """The session store.
+    def sessions(self) -> SessionsPort:
+        """The session store's sessions.
+
+        Raises:
+            SessionNotFound: no session store runs.
+        """
+        ...
+
+    def a2a_tasks(self) -> A2ATaskPort:
+        """The A2A gateway's task storage (in the session store).
+
+        Raises:
+            SessionNotFound: no session store runs.
+        """
+        ...
+
+    def audit_log(self) -> AuditPort:
+        """The audit log (in the session store).
 
         Raises:
             SessionNotFound: no session store runs.
@@ -58,7 +78,7 @@ class Cluster(Protocol):
         ...
 
     def endpoint(self, name: str) -> Endpoint:
-        """A named endpoint (host, inbox, supervisor, store).
+        """A named endpoint (host, inbox, supervisor, the session store).
 
         Raises:
             AgentUnavailable: no live process has that name.

@@ -4,27 +4,50 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
+from reach.agent import Agent
 from reach.ports.endpoint import Endpoint
 from reach.records import AgentExit, AgentRecord
 
-if TYPE_CHECKING:
-    from reach.agent import Agent
+
+class HandlerDoc(TypedDict):
+    """One handler of an agent, as :meth:`HostPort.describe` tells it (what the A2A gateway
+    puts in an agent's card and validates a payload against)."""
+
+    schema: str
+    returns: str | None
+    streaming: bool
+    reads_text: bool
+    json_schema: dict[str, object] | None
+
+
+class HostInfo(TypedDict):
+    """A host's agents with their requests in flight, its transport counters and memory (and,
+    of a remote agents' host, the agents connected now)."""
+
+    host: str
+    node: str
+    rss_bytes: int
+    pid: int
+    agents: dict[str, int]
+    batches_sent: int
+    envelopes_sent: int
+    connected: NotRequired[list[str]]
 
 
 class HostPort(Endpoint, Protocol):
     """A host of agents: one (dedicated) or many (a pool host)."""
 
-    def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                   kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+    def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
+                   kwargs: dict[str, object], epochs: dict[str, int] | None = None,
                    ) -> Awaitable[list[AgentRecord]]:
         """Constructs, starts and registers agents, each with an epoch of at least ``epochs``'
         (when given); their records (AgentAlreadyExists, or what a constructor raised, on
         failure: nothing is then added)."""
         ...
 
-    def remove_agents(self, agent_ids: list[str], timeout_s: float) -> Awaitable[int]:
+    def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:
         """Deregisters agents, lets their handlers finish, drops them; how many were here."""
         ...
 
@@ -40,7 +63,7 @@ class HostPort(Endpoint, Protocol):
         """How many agents are here."""
         ...
 
-    def stop(self, timeout_s: float) -> Awaitable[None]:
+    def stop(self, timeout_s: float = 5.0) -> Awaitable[None]:
         """Removes every agent gracefully and releases the watches."""
         ...
 
@@ -48,13 +71,12 @@ class HostPort(Endpoint, Protocol):
         """Writes the buffered audit records now; how many."""
         ...
 
-    def info(self) -> Awaitable[dict[str, Any]]:
+    def info(self) -> Awaitable[HostInfo]:
         """Agents here with their loads, transport counters and resident memory (for tools)."""
         ...
 
-    def describe(self, agent_ids: list[str]) -> Awaitable[dict[str, list[dict[str, Any]]]]:
-        """The handlers of these agents (those here): for each, a list of
-        ``{"schema", "returns", "streaming", "reads_text", "json_schema"}``."""
+    def describe(self, agent_ids: list[str]) -> Awaitable[dict[str, list[HandlerDoc]]]:
+        """The handlers of these agents (those here), by agent ID."""
         ...
 
     def offer_as_spare(self, shape: str) -> Awaitable[None]:
@@ -109,4 +131,4 @@ class CallLimits:
     spares: int = 1
 
 
-__all__ = ["CallLimits", "HostPort", "HostShape"]
+__all__ = ["CallLimits", "HandlerDoc", "HostInfo", "HostPort", "HostShape"]

@@ -3,16 +3,69 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from reach.records import AgentRecord, DeadLetter
+
+#: A signed call's signature as it travels: ``(timestamp, nonce, MAC)`` as
+#: :func:`reach.security.guard.signed_call` makes it; None when signing is off.
+CallSignature = tuple[float, bytes, bytes] | None
+
+
+class AclRuleDoc(TypedDict):
+    """One rule of an ACL document."""
+
+    callers: list[str]
+    capabilities: list[str]
+    allow: bool
+
+
+class AclDoc(TypedDict):
+    """An ACL as the registry keeps it (:func:`reach.security.guard.acl_to_doc`)."""
+
+    default_allow: bool
+    rules: list[AclRuleDoc]
+
+
+class RegistryStats(TypedDict):
+    """The registry's counts and resident memory (for tools and benchmarks)."""
+
+    incarnation: int
+    agents: int
+    tags: int
+    hosts: int
+    rss_bytes: int
+    refused: int
+    signed: bool
+    nonces: int
+    dead_letters: int
 
 
 class RegistryPort(Protocol):
     """The registry: who is where, with which capabilities, and whether they are alive.
 
-    Calls that change it are signed by their caller (``principal``, ``data``, ``sig``: see
-    :func:`reach.security.guard.signed_call`).
+    Calls that change it are signed by their caller (``principal`` or ``host``, ``data``,
+    ``sig``: see :func:`reach.security.guard.signed_call`); ``data`` holds the call's arguments.
+
+    Every call names what it is about, so that a client-side router can implement this port
+    over several registry actors (shards, each owning the agent IDs that hash to it). Such a
+    router, built in the caller's process, would route each call so:
+
+    - by one agent ID, to its shard: :meth:`lookup`;
+    - by the agent IDs in the signed arguments, split per shard, each part signed anew by the
+      router with the caller's guard (it runs in the signer's process), the answers merged back
+      in the arguments' order: :meth:`register_many` (``[records, exclusive]``),
+      :meth:`deregister` (``[agent_ids, host]``), :meth:`mark` (``[agent_ids, status]``),
+      :meth:`heartbeat` (``{agent_id: load}``: the unknown agents of every shard, the smallest
+      interval, the ACL's version from its home shard);
+    - to every shard, merging the answers: :meth:`discover` (the union, ranked again with the
+      same policy), :meth:`agents` (sorted by agent ID), :meth:`hosts` (the union),
+      :meth:`dead_letters` (the last ``limit`` by time), :meth:`stats` (summed),
+      :meth:`configure` (the same settings everywhere);
+    - to one home shard, for what is the deployment's rather than an agent's: the ACL
+      (:meth:`set_acl`, :meth:`acl`), :meth:`check_key`, the hello nonces
+      (:meth:`claim_nonce`), the warm spares (:meth:`offer_spare`, :meth:`claim_spare`,
+      :meth:`spares`) and the dead letters' record (:meth:`dead_letter`).
     """
 
     def lookup(self, agent_id: str, newer_than: int = -1,
@@ -22,7 +75,7 @@ class RegistryPort(Protocol):
         ``newer_than``, answering the moment its new incarnation registers."""
         ...
 
-    def discover(self, capability: str, text: str | None, limit: int | None,
+    def discover(self, capability: str, text: str | None = None, limit: int | None = None,
                  ) -> Awaitable[tuple[list[AgentRecord], list[str]]]:
         """Online holders of a capability, best first, and close tags when there are none."""
         ...
@@ -35,32 +88,34 @@ class RegistryPort(Protocol):
         """Names of the hosts alive by their heartbeats."""
         ...
 
-    def register_many(self, principal: str, data: bytes, sig: Any) -> Awaitable[list[int]]:
-        """Registers agents (signed ``[records, exclusive]``); their epochs."""
+    def register_many(self, host: str, data: bytes, sig: CallSignature,
+                      ) -> Awaitable[list[int]]:
+        """Registers agents of a host (signed ``[records, exclusive]``); their epochs."""
         ...
 
-    def deregister(self, principal: str, data: bytes, sig: Any) -> Awaitable[int]:
+    def deregister(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[int]:
         """Removes agents of a host (signed ``[agent_ids, host]``); how many."""
         ...
 
-    def heartbeat(self, principal: str, data: bytes, sig: Any,
+    def heartbeat(self, host: str, data: bytes, sig: CallSignature,
                   ) -> Awaitable[tuple[list[str], float, int]]:
-        """A host's signed loads; the agents unknown here, the interval, the ACL's version."""
+        """A host's signed loads (``{agent_id: load}``); the agents unknown here, the
+        interval, the ACL's version."""
         ...
 
-    def mark(self, principal: str, data: bytes, sig: Any) -> Awaitable[None]:
+    def mark(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[None]:
         """Sets agents' status (signed ``[agent_ids, status]``, by a supervisor or driver)."""
         ...
 
-    def set_acl(self, principal: str, data: bytes, sig: Any) -> Awaitable[int]:
-        """Replaces the ACL (signed by a driver); its version."""
+    def set_acl(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[int]:
+        """Replaces the ACL (its :class:`AclDoc`, signed by a driver); its version."""
         ...
 
-    def acl(self) -> Awaitable[tuple[int, dict[str, Any] | None]]:
+    def acl(self) -> Awaitable[tuple[int, AclDoc | None]]:
         """The ACL's version and document (None: allow all)."""
         ...
 
-    def check_key(self, principal: str, data: bytes, sig: Any) -> Awaitable[None]:
+    def check_key(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[None]:
         """Verifies a driver's signature (AuthError ``bad_signature`` when its keyring is not
         the cluster's)."""
         ...
@@ -73,15 +128,15 @@ class RegistryPort(Protocol):
         """Records undeliverable messages (callers need not await it)."""
         ...
 
-    def dead_letters(self, limit: int) -> Awaitable[list[DeadLetter]]:
+    def dead_letters(self, limit: int = 1000) -> Awaitable[list[DeadLetter]]:
         """The most recent dead letters, oldest first."""
         ...
 
-    def stats(self) -> Awaitable[dict[str, Any]]:
+    def stats(self) -> Awaitable[RegistryStats]:
         """Counts and memory (for tools and benchmarks)."""
         ...
 
-    def offer_spare(self, principal: str, data: bytes, sig: Any) -> Awaitable[None]:
+    def offer_spare(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[None]:
         """An empty host offers itself as a warm spare (signed ``[node, shape]`` by the host)."""
         ...
 
@@ -90,7 +145,7 @@ class RegistryPort(Protocol):
         its name, or None."""
         ...
 
-    def claim_nonce(self, principal: str, data: bytes, sig: Any) -> Awaitable[bool]:
+    def claim_nonce(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[bool]:
         """Claims a hello nonce for every gateway replica (signed ``[nonce, expires_at]`` by a
         remote agents' host): True the first time, False when it is held already (a replay);
         AgentUnavailable (``nonce_limit``) when the registry holds as many as it may."""
@@ -101,4 +156,4 @@ class RegistryPort(Protocol):
         ...
 
 
-__all__ = ["RegistryPort"]
+__all__ = ["AclDoc", "AclRuleDoc", "CallSignature", "RegistryPort", "RegistryStats"]

@@ -3,50 +3,121 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
-from reach.ports.a2a_tasks import A2ATaskPort
-from reach.ports.audit import AuditPort
-from reach.ports.endpoint import Endpoint
+from reach.ports.data import ErrorDoc, JsonObject
 from reach.records import SessionContext, SessionResume
 
 
+class NewMessage(TypedDict):
+    """A message to append to a session (the store numbers it); its ``kind`` is ``message``
+    unless given (a session turn is a ``request`` or a ``reply``)."""
+
+    msg_id: str
+    sender: str
+    payload: JsonObject
+    kind: NotRequired[str]
+    schema: NotRequired[str]
+
+
+class TermsDoc(TypedDict):
+    """Negotiated terms, as :class:`policies.sessions.Terms` fields."""
+
+    message_format: str
+    max_message_bytes: int
+    timeout_ms: int
+    streaming: bool
+
+
+class OpenedSession(TypedDict):
+    """A session opened: its ID and the terms agreed."""
+
+    session_id: str
+    terms: TermsDoc
+
+
+class PendingRequest(TypedDict):
+    """A session request sent and not yet answered."""
+
+    request_id: str
+    receiver: str
+    session_id: str
+    envelope: dict[str, object]
+    deadline: float | None
+
+
+class RecordedReply(TypedDict):
+    """The reply recorded for a request: who answered, with what."""
+
+    agent_id: str
+    payload: dict[str, object]
+    schema: str
+
+
+class CommittedReply(TypedDict):
+    """What :meth:`SessionsPort.commit_reply` did: whether this reply is now the recorded one,
+    and the recorded reply (None when a later claim fenced this one off and nothing is recorded
+    yet)."""
+
+    committed: bool
+    reply: RecordedReply | None
+
+
+class StoreStats(TypedDict):
+    """The session store's commits, rows written, database and process (for tools and tests)."""
+
+    commits: int
+    written: int
+    path: str
+    group_commit: bool
+    pid: int
+
+
 class SessionsPort(Protocol):
-    """The session store's sessions, the requests pending in them and their recorded replies."""
+    """The session store's sessions, the requests pending in them and their recorded replies,
+    and the store's own health."""
 
-    def open_session(self, session_id: str, initiator: str, responder: str,
-                     terms: dict[str, Any], limits: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-        """Negotiates and records a session; its ID and agreed terms."""
+    def open_session(self, session_id: str, initiator: str, responder: str, offer: JsonObject,
+                     limits: JsonObject) -> Awaitable[OpenedSession]:
+        """Negotiates the initiator's offer (:class:`policies.sessions.Terms` fields) against the
+        responder's limits (:class:`policies.sessions.Limits` fields) and records the session
+        (idempotent for the same ID); its ID and agreed terms."""
         ...
 
-    def append_many(self, appends: list[tuple[str, list[dict[str, Any]]]],
-                    ) -> Awaitable[list[list[int] | dict[str, Any]]]:
-        """Several appends; each gets its sequence numbers or its error's info."""
+    def append_many(self, appends: list[tuple[str, list[NewMessage]]],
+                    ) -> Awaitable[list[list[int] | ErrorDoc]]:
+        """Several appends (``(session_id, messages)``); each gets its sequence numbers or its
+        error's info."""
         ...
 
-    def context(self, session_id: str, last_n: int) -> Awaitable[SessionContext]:
+    def context(self, session_id: str, last_n: int = 20) -> Awaitable[SessionContext]:
         """The summary and the last ``last_n`` messages."""
         ...
 
-    def since(self, session_id: str, seq: int, limit: int | None) -> Awaitable[SessionResume]:
+    def since(self, session_id: str, seq: int,
+              limit: int | None = None) -> Awaitable[SessionResume]:
         """What follows ``seq``."""
         ...
 
     def add_pending(self, request_id: str, *, agent_id: str, receiver: str, session_id: str,
-                    envelope: dict[str, Any], deadline: float | None) -> Awaitable[None]:
+                    envelope: JsonObject, deadline: float | None) -> Awaitable[None]:
         """Records a request sent and not yet answered."""
         ...
 
     def resolve_pending(self, request_id: str, status: str) -> Awaitable[bool]:
-        """Ends a pending request (answered or cancelled); False if it had ended."""
+        """Ends a pending request (``answered`` or ``cancelled``); False if it had ended."""
         ...
 
-    def pending_for(self, agent_id: str) -> Awaitable[list[dict[str, Any]]]:
+    def pending_for(self, agent_id: str) -> Awaitable[list[PendingRequest]]:
         """Open requests an agent had sent, oldest first."""
         ...
 
-    def reply_for(self, request_id: str) -> Awaitable[dict[str, Any] | None]:
-        """The recorded reply of a request (``agent_id``, ``payload``, ``schema``), or None."""
+    def pending_status(self, request_id: str) -> Awaitable[str | None]:
+        """``open``, ``answered`` or ``cancelled`` (None if never recorded)."""
+        ...
+
+    def reply_for(self, request_id: str) -> Awaitable[RecordedReply | None]:
+        """The recorded reply of a request, or None."""
         ...
 
     def claim(self, request_id: str, agent_id: str) -> Awaitable[int]:
@@ -54,16 +125,28 @@ class SessionsPort(Protocol):
         claim's of the request (durably)."""
         ...
 
-    def commit_reply(self, request_id: str, token: int, agent_id: str, payload: dict[str, Any],
-                     schema: str) -> Awaitable[dict[str, Any]]:
+    def commit_reply(self, request_id: str, token: int, agent_id: str, payload: JsonObject,
+                     schema: str) -> Awaitable[CommittedReply]:
         """Records a handler's reply if ``token`` is still the request's latest claim and no
-        reply is recorded yet: ``{"committed": bool, "reply": <the recorded reply or None>}``."""
+        reply is recorded yet."""
+        ...
+
+    def integrity(self) -> Awaitable[str]:
+        """``ok`` when the database's integrity check finds nothing wrong."""
+        ...
+
+    def stats(self) -> Awaitable[StoreStats]:
+        """Commits, rows written, the database's path and the store's process."""
         ...
 
 
-class StorePort(SessionsPort, AuditPort, A2ATaskPort, Endpoint, Protocol):
-    """The session store: sessions, pending requests, recorded replies, the audit log, and the
-    A2A gateway's tasks (each a serialized ``Task``, owned by one caller)."""
-
-
-__all__ = ["SessionsPort", "StorePort"]
+__all__ = [
+    "CommittedReply",
+    "NewMessage",
+    "OpenedSession",
+    "PendingRequest",
+    "RecordedReply",
+    "SessionsPort",
+    "StoreStats",
+    "TermsDoc",
+]

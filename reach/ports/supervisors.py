@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
+from reach.ports.data import ErrorDoc
 from reach.ports.endpoint import Endpoint
 from reach.records import SupervisorStatus, TaskResult
-
-if TYPE_CHECKING:
-    from reach._runtime.tasks import TaskSpec
+from reach.specs import TaskSpec
 
 
 class SupervisorPort(Endpoint, Protocol):
@@ -23,7 +22,7 @@ class SupervisorPort(Endpoint, Protocol):
         """Stops its children in reverse order; the order."""
         ...
 
-    def wait_gave_up(self) -> Awaitable[dict[str, Any] | None]:
+    def wait_gave_up(self) -> Awaitable[ErrorDoc | None]:
         """Returns when it ends: None if stopped, the error's info if it gave up."""
         ...
 

@@ -1,10 +1,11 @@
 """A whole reach cluster in one event loop, on virtual time: the runtime's logic tested in ms.
 
 As httpx ships ``MockTransport`` and trio an ``autojump_clock``, reach ships :class:`FakeCluster`:
-an implementation of :class:`reach.ports.cluster.Cluster` whose processes (hosts, registry, session
-store, supervisors, inboxes) are the real classes of ``actors/``, run as objects in the test's own
-event loop. Calls between them go through the same typed ports as on Ray, with their arguments
-and results copied by pickling (as a process boundary would), and with Ray's failure semantics:
+an implementation of :class:`~reach.ports.cluster.Cluster` whose processes (hosts, registry,
+session store, supervisors, inboxes) are the real classes of ``actors/``, run as objects in the
+test's own event loop. Calls between them go through the same ports as on Ray (typed adapters of
+:mod:`reach.testing.ports`), with their arguments and results copied by pickling (as a process
+boundary would), and with Ray's failure semantics:
 a killed process fails the calls pending on it and every watch of it at once; the registry and the
 store come back empty after a restart delay (as Ray restarts them), and calls made while they
 restart wait for them; a host stays dead, its name free for whoever starts it again.
@@ -36,26 +37,42 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from reach import clock
 from reach._runtime.inline_sqlite import inline_connect
-from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
+from reach._runtime.names import REGISTRY_NAME, REMOTE_PREFIX, STORE_NAME, supervisor_name
 from reach._runtime.virtual_time import EPOCH, VirtualClock, VirtualLoop
 from reach.driver import Driver
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
+from reach.ports.a2a_tasks import A2ATaskPort
+from reach.ports.audit import AuditPort
 from reach.ports.cluster import NodeInfo
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
 from reach.ports.registry import RegistryPort
 from reach.ports.remote import RemoteHostPort
-from reach.ports.sessions import StorePort
+from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
 from reach.security.guard import Guard, SecurityConfig, guard_for
+from reach.specs import SupervisorSpec
+from reach.testing.ports import (
+    FakeA2ATasks,
+    FakeAudit,
+    FakeEndpoint,
+    FakeHost,
+    FakeInbox,
+    FakePort,
+    FakeRegistry,
+    FakeRemoteHost,
+    FakeSessions,
+    FakeSupervisor,
+)
 from reach.web.options import DEFAULT_PORT, GatewayOptions
 
 T = TypeVar("T")
+F = TypeVar("F", bound=FakePort)
 
 
 _current: contextvars.ContextVar[_Proc | None] = contextvars.ContextVar("reach_fake_proc",
@@ -143,38 +160,6 @@ class _Proc:
         return ctx
 
 
-class _LocalCall:
-    """A call under way on a simulated process (a task started at once)."""
-
-
-class _LocalPort:
-    """A typed port over a simulated process: ``port.m(*a)`` starts the call at once."""
-
-    def __init__(self, fake: FakeCluster, name: str) -> None:
-        self.fake = fake
-        self.name = name
-
-    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        fake, name = self.fake, self.name
-
-        def call(*args: Any, **kwargs: Any) -> asyncio.Task[Any]:
-            task = asyncio.get_running_loop().create_task(
-                fake._invoke(name, method, args, kwargs))
-            task.add_done_callback(_retrieve)
-            return task
-
-        setattr(self, method, call)
-        return call
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    """Reads a call's outcome, so that a call nobody awaits logs no 'never retrieved' error."""
-    if not task.cancelled():
-        task.exception()
-
-
 def _copy(value: T) -> T:
     """What crosses a process boundary: a copy, as pickling makes it."""
     copied: T = pickle.loads(pickle.dumps(value))
@@ -205,7 +190,6 @@ class FakeCluster:
         self._nodes = dict.fromkeys(nodes, True)
         self._node_resources: dict[str, dict[str, float]] = {n: {"CPU": 2.0} for n in nodes}
         self._procs: dict[str, _Proc] = {}
-        self._ports: dict[str, _LocalPort] = {}
         self._settings = (heartbeat_interval_s, heartbeat_misses)
         self._folder = folder or Path(tempfile.gettempdir())
         self.calls: Counter[tuple[str, str]] = Counter()
@@ -270,14 +254,11 @@ class FakeCluster:
         self._procs[name] = proc
         return proc
 
-    def _port(self, name: str) -> _LocalPort:
-        port = self._ports.get(name)
-        if port is None:
-            port = self._ports[name] = _LocalPort(self, name)
-        return port
+    def _port(self, name: str, kind: type[F]) -> F:
+        return kind(self._invoke, name)
 
-    async def _invoke(self, name: str, method: str, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> Any:
+    async def _invoke(self, name: str, method: str, args: tuple[object, ...],
+                      kwargs: dict[str, object]) -> Any:
         proc = await self._live(name)
         self.calls[(name, method)] += 1
         incarnation = proc.incarnation
@@ -314,30 +295,46 @@ class FakeCluster:
 
     def registry(self) -> RegistryPort:
         """See :meth:`reach.ports.cluster.Cluster.registry`."""
-        return cast(RegistryPort, self._port(REGISTRY_NAME))
+        return self._port(REGISTRY_NAME, FakeRegistry)
 
-    def store(self) -> StorePort:
-        """See :meth:`reach.ports.cluster.Cluster.store`."""
+    def _store(self, kind: type[F]) -> F:
         if STORE_NAME not in self._procs:
             raise SessionNotFound("no session store is running")
-        return cast(StorePort, self._port(STORE_NAME))
+        return self._port(STORE_NAME, kind)
 
-    def endpoint(self, name: str) -> Endpoint:
-        """See :meth:`reach.ports.cluster.Cluster.endpoint`."""
+    def sessions(self) -> SessionsPort:
+        """See :meth:`reach.ports.cluster.Cluster.sessions`."""
+        return self._store(FakeSessions)
+
+    def a2a_tasks(self) -> A2ATaskPort:
+        """See :meth:`reach.ports.cluster.Cluster.a2a_tasks`."""
+        return self._store(FakeA2ATasks)
+
+    def audit_log(self) -> AuditPort:
+        """See :meth:`reach.ports.cluster.Cluster.audit_log`."""
+        return self._store(FakeAudit)
+
+    def _live_port(self, name: str, kind: type[F]) -> F:
         proc = self._procs.get(name)
         if proc is None or (proc.dead and not proc.restarts):
             raise AgentUnavailable(f"{name} does not exist (its process is gone)",
                                    details={"endpoint": name})
-        return cast(Endpoint, self._port(name))
+        return self._port(name, kind)
+
+    def endpoint(self, name: str) -> Endpoint:
+        """See :meth:`reach.ports.cluster.Cluster.endpoint`."""
+        return self._live_port(name, FakeEndpoint)
 
     def host(self, name: str) -> HostPort:
-        """See :meth:`reach.ports.cluster.Cluster.host`."""
-        return cast(HostPort, self.endpoint(name))
+        """See :meth:`reach.ports.cluster.Cluster.host` (the port of a remote agents' host has
+        its remote calls too: an agent reconnecting elsewhere is handed over through it)."""
+        return self._live_port(name, FakeRemoteHost if name.startswith(REMOTE_PREFIX)
+                               else FakeHost)
 
     def supervisor(self, name: str) -> SupervisorPort:
         """See :meth:`reach.ports.cluster.Cluster.supervisor`."""
         try:
-            return cast(SupervisorPort, self.endpoint(name))
+            return self._live_port(name, FakeSupervisor)
         except AgentUnavailable as exc:
             raise AgentNotFound(f"no supervisor {name!r} is running",
                                 details={"supervisor": name}) from exc
@@ -351,11 +348,11 @@ class FakeCluster:
 
         live = self._procs.get(name)
         if live is not None and shape.lasting and not live.dead:
-            return cast(HostPort, self._port(name))
+            return self._port(name, FakeHost)
         node = self._place(shape)
         self._start(name, lambda: AgentHost(name, self, limits), node,
                     resources=dict(shape.resources))
-        return cast(HostPort, self._port(name))
+        return self._port(name, FakeHost)
 
     def _place(self, shape: HostShape) -> str:
         alive = [n for n, up in self._nodes.items() if up]
@@ -367,7 +364,7 @@ class FakeCluster:
             raise AgentUnavailable(f"no live node has the resources {dict(shape.resources)}")
         return fits[0]
 
-    def start_supervisor(self, spec: Any, parent: str | None, limits: CallLimits,
+    def start_supervisor(self, spec: SupervisorSpec, parent: str | None, limits: CallLimits,
                          node_id: str) -> SupervisorPort:
         """See :meth:`reach.ports.cluster.Cluster.start_supervisor`."""
         from actors.supervisor import Supervisor
@@ -378,7 +375,7 @@ class FakeCluster:
             raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
                                      details={"supervisor": spec.name})
         self._start(name, lambda: Supervisor(_copy(spec), self, parent, limits), node_id)
-        return cast(SupervisorPort, self._port(name))
+        return self._port(name, FakeSupervisor)
 
     def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
                           queue_limit: int) -> RemoteHostPort:
@@ -387,14 +384,14 @@ class FakeCluster:
 
         self._start(name, lambda: RemoteHost(name, self, limits, grace_s, queue_limit),
                     self.node_id())
-        return cast(RemoteHostPort, self._port(name))
+        return self._port(name, FakeRemoteHost)
 
     def start_inbox(self, name: str) -> InboxPort:
         """See :meth:`reach.ports.cluster.Cluster.start_inbox`."""
         from actors.inbox import Inbox
 
         self._start(name, Inbox, self.node_id())
-        return cast(InboxPort, self._port(name))
+        return self._port(name, FakeInbox)
 
     def kill(self, port: Endpoint) -> None:
         """See :meth:`reach.ports.cluster.Cluster.kill`: ends it for good (no restart)."""

@@ -104,7 +104,7 @@ def _start_reach(address: str, sessions: Path) -> Any:
     rt = reach.init(address=address, heartbeat_interval_s=0.5, heartbeat_misses=3,
                     log_to_driver=False, session_path=str(sessions), session_resource="nf_head")
     inbox = ray.get_actor(f"reach.inbox.{rt.driver_id}", namespace=NAMESPACE)
-    actors = (rt.cluster.registry().handle, rt.cluster.store().handle, inbox)
+    actors = (rt.cluster.registry().handle, rt.cluster.sessions().handle, inbox)
     ray.get([a.__ray_ready__.remote() for a in actors])
     return rt
 

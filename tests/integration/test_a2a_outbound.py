@@ -289,7 +289,7 @@ async def test_calls_to_the_proxy_are_audited_like_any_call(rt: Any, proxy: Any)
 
     async def audited() -> list[dict[str, Any]]:
         await rt.cluster.host(proxy.host).flush_audit()
-        return list(await rt.cluster.store().audit_records(reply.envelope.trace_id, None, 100))
+        return list(await rt.cluster.audit_log().audit_records(reply.envelope.trace_id, None, 100))
 
     records = await wait_until(audited)
     assert [(r["caller"], r["callee"], r["capability"], r["outcome"]) for r in records] == [

@@ -57,7 +57,7 @@ def replica_on_node_b(cluster: Any, owner: str, task_id: str, save: bytes | None
     from reach.a2a.server.task_store import ReachTaskStore
 
     async def main() -> bytes | None:
-        store = ReachTaskStore(cluster.store())
+        store = ReachTaskStore(cluster.a2a_tasks())
         context = ServerCallContext(user=Person(owner))
         if save is not None:
             await store.save(Task.FromString(save), context)
@@ -71,7 +71,7 @@ async def test_a_task_saved_by_one_replica_is_read_and_updated_by_another_on_ano
     rt: Any,
 ) -> None:
     owner = f"owner-{uuid.uuid4().hex}"
-    here = ReachTaskStore(rt.cluster.store())
+    here = ReachTaskStore(rt.cluster.a2a_tasks())
     context = ServerCallContext(user=Person(owner))
     await here.save(a_task("shared-1"), context)
 
@@ -94,17 +94,17 @@ async def test_a_task_saved_by_one_replica_is_read_and_updated_by_another_on_ano
 async def test_tasks_survive_the_store_being_killed_and_restarted_by_ray(rt: Any) -> None:
     owner = f"owner-{uuid.uuid4().hex}"
     context = ServerCallContext(user=Person(owner))
-    first = ReachTaskStore(rt.cluster.store())
+    first = ReachTaskStore(rt.cluster.a2a_tasks())
     for n in range(5):
         await first.save(a_task(f"kept-{n}", at=T0 + n), context)
 
-    pid = (await rt.cluster.store().stats())["pid"]
+    pid = (await rt.cluster.sessions().stats())["pid"]
     os.kill(pid, signal.SIGKILL)
     # Made while the store dies and restarts: it fails at most into a retry, never for good.
     await first.save(a_task("kept-late", at=T0 + 10), context)
     await wait_until(lambda: _restarted(rt, pid), timeout_s=60)
 
-    second = ReachTaskStore(rt.cluster.store())  # a replica started after the restart
+    second = ReachTaskStore(rt.cluster.a2a_tasks())  # a replica started after the restart
     page = await second.list(ListTasksRequest(page_size=4), context)
     rest = await second.list(ListTasksRequest(page_size=4, page_token=page.next_page_token),
                              context)
@@ -112,11 +112,11 @@ async def test_tasks_survive_the_store_being_killed_and_restarted_by_ray(rt: Any
         "kept-late", "kept-4", "kept-3", "kept-2", "kept-1", "kept-0"]
     assert (page.total_size, rest.next_page_token) == (6, "")
     assert await second.get("kept-0", context) == a_task("kept-0", at=T0)
-    assert await rt.cluster.store().integrity() == "ok"
+    assert await rt.cluster.sessions().integrity() == "ok"
 
 
 async def _restarted(rt: Any, old_pid: int) -> bool:
     try:
-        return bool((await rt.cluster.store().stats())["pid"] != old_pid)
+        return bool((await rt.cluster.sessions().stats())["pid"] != old_pid)
     except reach.AgentUnavailable:
         return False

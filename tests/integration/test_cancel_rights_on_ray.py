@@ -36,7 +36,7 @@ async def test_a_cancel_from_an_agent_that_did_not_send_the_request_is_refused(r
     assert reply.value.request_ids == [request_id]  # it ran to its end
 
     async def refused() -> list[dict[str, Any]]:
-        records = await rt.cluster.store().audit_records(None, "cr-striker", 1000)
+        records = await rt.cluster.audit_log().audit_records(None, "cr-striker", 1000)
         return [r for r in records if r["outcome"] == "refused: not_your_request"]
 
     [record] = await wait_until(refused)

@@ -221,7 +221,7 @@ async def test_thirty_sockets_announcing_oversize_frames_are_refused_before_buff
 
     async def audited() -> bool:
         await channel.host.flush_audit()
-        found = [await rt.cluster.store().audit_records(None, f"iso-big-{i}", 10)
+        found = [await rt.cluster.audit_log().audit_records(None, f"iso-big-{i}", 10)
                  for i in range(30)]
         return all("refused: frame_size" in {r["outcome"] for r in f} for f in found)
 
@@ -255,7 +255,7 @@ async def test_a_gateway_replica_on_serve_refuses_an_oversize_frame_from_its_hea
         client.sock.close()
 
         async def audited() -> bool:
-            records = await rt.cluster.store().audit_records(None, f"iso-serve-{attempt}", 10)
+            records = await rt.cluster.audit_log().audit_records(None, f"iso-serve-{attempt}", 10)
             return "refused: frame_size" in {r["outcome"] for r in records}
 
         await wait_until(audited, timeout_s=30)

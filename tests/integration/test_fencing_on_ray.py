@@ -49,7 +49,7 @@ async def started(rt: Any, agent_id: str, request_id: str) -> None:
 
 async def discards(rt: Any, agent_id: str) -> list[dict[str, Any]]:
     async def found() -> list[dict[str, Any]]:
-        records = await rt.cluster.store().audit_records(None, agent_id, 1000)
+        records = await rt.cluster.audit_log().audit_records(None, agent_id, 1000)
         return [r for r in records if r["outcome"] == DISCARDED]
 
     hits: list[dict[str, Any]] = await wait_until(found)
@@ -73,7 +73,7 @@ async def test_a_slow_holders_result_is_discarded_and_its_caller_gets_the_winner
         await progress(rt, slow, release=True)
         assert (await to_slow).value == Done(text="x", by=fast)
         assert (await progress(rt, slow)).finished == [request_id]  # it ran to the end...
-        recorded = await rt.cluster.store().reply_for(request_id)
+        recorded = await rt.cluster.sessions().reply_for(request_id)
         assert recorded == {"agent_id": fast, "payload": {"text": "x", "by": fast},
                             "schema": "fencing.done@1.0"}  # ...and only the winner's counts
         (record,) = await discards(rt, slow)
@@ -105,7 +105,7 @@ async def test_a_fenced_holder_that_finishes_first_answers_retryable_and_the_oth
         with pytest.raises(AgentUnavailable, match="being answered by another holder") as err:
             await to_first
         assert err.value.details["reason"] == "fenced"
-        assert await rt.cluster.store().reply_for(request_id) is None
+        assert await rt.cluster.sessions().reply_for(request_id) is None
 
         await progress(failover, second, release=True)
         assert (await to_second).value == Done(text="y", by=second)

@@ -195,7 +195,7 @@ async def test_cancel_task_cancels_the_handler_under_its_trace(gw: Gateway, rt: 
     async def handler_cancelled() -> bool:  # the host audits the handler's end
         for host in await rt.cluster.registry().hosts():
             await rt.cluster.host(host).flush_audit()
-        records = await rt.cluster.store().audit_records(task.id, None, 20)
+        records = await rt.cluster.audit_log().audit_records(task.id, None, 20)
         return any("task_cancelled" in r["outcome"] for r in records)
 
     await wait_until(handler_cancelled)
@@ -266,7 +266,7 @@ async def test_calls_enter_reach_as_the_tokens_principal(gw: Gateway, rt: Any) -
     async def audited() -> list[dict[str, Any]]:
         for host in await rt.cluster.registry().hosts():
             await rt.cluster.host(host).flush_audit()
-        return list(await rt.cluster.store().audit_records(task.id, None, 20))
+        return list(await rt.cluster.audit_log().audit_records(task.id, None, 20))
 
     records = await wait_until(audited)
     assert {r["caller"] for r in records} == {"a2a:partner"}

@@ -53,7 +53,7 @@ async def test_a_hello_replayed_through_another_replica_is_refused_and_audited(r
         assert reason.startswith("replayed_nonce")
         assert await rt.cluster.registry().lookup("nonce-py-1") is None
         await other.host.flush_audit()
-        records = await rt.cluster.store().audit_records(None, "nonce-py-1", 10)
+        records = await rt.cluster.audit_log().audit_records(None, "nonce-py-1", 10)
         assert "refused: replayed_nonce" in [r["outcome"] for r in records]
         await welcomed_then_goodbye(other, a_hello(other, "nonce-py-1"))  # a fresh one gets in
     finally:

@@ -150,7 +150,7 @@ async def test_a_forged_hello_is_refused_and_audited_and_others_are_unaffected(
         assert closed.value.rcvd.reason.startswith("bad_signature")
         assert await rt.cluster.registry().lookup("spy-1") is None
         await channel.host.flush_audit()
-        records = await rt.cluster.store().audit_records(None, "spy-1", 10)
+        records = await rt.cluster.audit_log().audit_records(None, "spy-1", 10)
         assert [r["outcome"] for r in records] == ["refused: bad_signature"]
         assert records[0]["caller"] == "a2a:remote-tests"
         reply = await rt.client.request("calc-py-1", Add(a=1, b=1))

@@ -33,7 +33,7 @@ def entry(agent_id: str, host: str = FORGER) -> dict[str, Any]:
 
 
 async def audit_of(rt: Any, agent: str) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = await rt.cluster.store().audit_records(None, agent, 10_000)
+    records: list[dict[str, Any]] = await rt.cluster.audit_log().audit_records(None, agent, 10_000)
     return records
 
 
@@ -132,7 +132,7 @@ async def test_every_call_is_audited_with_its_outcome_and_trace(rt: Any) -> None
     reply = await rt.client.request("sec-audited", Text(text="hello"))
 
     async def recorded() -> list[dict[str, Any]]:
-        return list(await rt.cluster.store().audit_records(reply.envelope.trace_id, None, 100))
+        return list(await rt.cluster.audit_log().audit_records(reply.envelope.trace_id, None, 100))
 
     records = await wait_until(recorded)
     assert [(r["caller"], r["callee"], r["capability"], r["msg_type"], r["outcome"])

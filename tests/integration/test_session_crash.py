@@ -25,7 +25,7 @@ PER_SESSION = 27  # below the test store's compaction threshold: every message s
 
 async def test_every_acknowledged_write_survives_50_kills_of_the_store(rt: Any) -> None:
     await rt.spawn(Talker, "ss-crash-peer", placement=reach.Packed(pool="sessions"))
-    store = rt.cluster.store()
+    store = rt.cluster.sessions()
     rng = random.Random(11)
     acked: dict[str, list[str]] = {}  # session -> msg_ids acknowledged, in order
     attempted: list[tuple[str, list[str]]] = []  # every batch ever sent, acknowledged or not
@@ -44,7 +44,7 @@ async def test_every_acknowledged_write_survives_50_kills_of_the_store(rt: Any) 
                          for i in ids]
                 for _ in range(50):  # resend the same batch until it is acknowledged
                     try:
-                        await store.append(session.session_id, batch)
+                        await store.call("append", session.session_id, batch)
                     except reach.AgentUnavailable:  # the store died before answering
                         continue
                     acked[session.session_id].extend(ids)
@@ -90,7 +90,7 @@ async def _stats(rt: Any, timeout_s: float = 10.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            return await rt.cluster.store().stats()  # type: ignore[no-any-return]
+            return await rt.cluster.sessions().stats()  # type: ignore[no-any-return]
         except reach.AgentUnavailable:
             await asyncio.sleep(0.1)  # poll: the store is restarting
     raise AssertionError("store never came back")
@@ -98,6 +98,6 @@ async def _stats(rt: Any, timeout_s: float = 10.0) -> dict[str, Any]:
 
 async def _restarted(rt: Any, old_pid: int) -> bool:
     try:
-        return bool((await rt.cluster.store().stats())["pid"] != old_pid)
+        return bool((await rt.cluster.sessions().stats())["pid"] != old_pid)
     except reach.AgentUnavailable:
         return False

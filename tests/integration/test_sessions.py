@@ -116,7 +116,7 @@ async def test_a_twelve_turn_conversation_survives_its_responder_being_killed_mi
     assert [s for s, _ in kinds] == list(range(1, 25))
     assert [k for _, k in kinds] == ["request", "reply"] * 12
     requests = [m.msg_id for m in context.messages if m.kind == "request"]
-    store = rt.cluster.store()
+    store = rt.cluster.sessions()
     statuses = [await store.pending_status(r) for r in requests]
     assert statuses == ["answered"] * 12
     # Turn 7 ran twice (the first run was killed before it finished), every other turn once.
@@ -177,7 +177,7 @@ async def test_a_restarted_requester_resends_or_cancels_its_pending_request_exac
         lambda: _true_if([x for x in lines(outcomes) if x.startswith("recovered")]))
     (request_id,) = [x.split()[1] for x in recovered]
     assert recovered[0].split()[2] == outcome
-    assert await rt.cluster.store().pending_status(request_id) == outcome
+    assert await rt.cluster.sessions().pending_status(request_id) == outcome
     assert sum(1 for line in lines(runs) if line.startswith(request_id)) == 1
     assert not [x for x in lines(outcomes) if x.startswith("answered ")]  # not both
     await sup.stop()
@@ -198,6 +198,7 @@ async def test_an_unknown_session_is_session_not_found(rt: Any) -> None:
 
 async def test_an_agent_can_be_the_summariser(rt: Any, tmp_path: Path) -> None:
     from actors.sessions import SessionStore
+    from reach._ray.ports import RaySessions
 
     await rt.spawn(Summariser, "ss-summariser", placement=reach.Packed(pool="sessions"))
     name = "reach.sessions.summarised"  # a second store, beside the deployment's own
@@ -211,12 +212,13 @@ async def test_an_agent_can_be_the_summariser(rt: Any, tmp_path: Path) -> None:
         except reach.AgentUnavailable:  # its name is not registered yet
             return None
 
-    store = await wait_until(started)
+    await wait_until(started)
+    store = RaySessions(handle, name)  # the second store's sessions
     try:
         await store.open_session("ss-sum", "me", "you", {}, {})
         for i in range(9):
-            await store.append("ss-sum", [{"msg_id": f"m{i}", "sender": "me",
-                                           "payload": {"text": f"line {i}"}}])
+            await store.call("append", "ss-sum", [{"msg_id": f"m{i}", "sender": "me",
+                                                   "payload": {"text": f"line {i}"}}])
 
         async def folded() -> reach.SessionContext | None:
             context = await store.context("ss-sum", 100)
@@ -247,7 +249,7 @@ async def test_concurrent_audit_writes_keep_one_unbroken_chain(
 
     batches = [[{"caller": f"c{i}", "callee": "x", "capability": "", "msg_type": "test",
                  "outcome": "ok", "trace_id": f"audit-storm-{i}"}] * 3 for i in range(20)]
-    store = rt.cluster.store()
+    store = rt.cluster.audit_log()
     seqs = await asyncio.gather(*(store.audit(b) for b in batches))
     flat = [s for batch in seqs for s in batch]
     assert len(set(flat)) == 60

@@ -247,7 +247,7 @@ async def test_supervisor_decisions_are_in_the_verifiable_audit_log(
     async def audited() -> dict[str, dict[str, Any]] | None:
         # Two writers, each flushing in its own time: the host that handled the call, and the
         # supervisor that decided on its error.
-        records = await rt.cluster.store().audit_records(task.task_id, None, 1000)
+        records = await rt.cluster.audit_log().audit_records(task.task_id, None, 1000)
         return {r["msg_type"]: r for r in records} if len(records) >= 2 else None
 
     by_type = await wait_until(audited)

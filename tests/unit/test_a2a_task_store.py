@@ -37,7 +37,7 @@ from reach._runtime.inline_sqlite import _InlineConnection
 from reach._runtime.names import STORE_NAME
 from reach.a2a.server.task_store import ReachTaskStore
 from reach.errors import AgentUnavailable, AuthError, ProtocolError
-from reach.ports.sessions import StorePort
+from reach.ports.a2a_tasks import A2ATaskPort
 from reach.testing import FakeCluster, run
 
 WORKING = TaskState.TASK_STATE_WORKING
@@ -111,7 +111,7 @@ async def every_page(store: TaskStore, request: ListTasksRequest,
 def on_fake(scenario: Callable[[FakeCluster, ReachTaskStore], Awaitable[None]]) -> None:
     """Runs ``scenario`` with a ReachTaskStore on a fake cluster's session store."""
     async def main(fake: FakeCluster) -> None:
-        await scenario(fake, ReachTaskStore(fake.store()))
+        await scenario(fake, ReachTaskStore(fake.a2a_tasks()))
 
     run(main)
 
@@ -173,18 +173,19 @@ def test_a_deleted_task_is_gone_and_deleting_it_again_is_harmless() -> None:
         assert await store.get("t1", ALICE) is None
         await store.delete("t1", ALICE)
         assert await ids(store) == ["t2"]
-        assert await fake.store().a2a_delete("t2", "alice")
-        assert not await fake.store().a2a_delete("t2", "alice")
+        assert await fake.a2a_tasks().a2a_delete("t2", "alice")
+        assert not await fake.a2a_tasks().a2a_delete("t2", "alice")
 
     on_fake(scenario)
 
 
 def test_the_owner_comes_from_the_owner_resolver_given() -> None:
     async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
-        by_tenant = ReachTaskStore(fake.store(), lambda ctx: f"tenant:{ctx.tenant}")
+        by_tenant = ReachTaskStore(fake.a2a_tasks(), lambda ctx: f"tenant:{ctx.tenant}")
         await by_tenant.save(a_task("t1"), ServerCallContext(tenant="acme", user=Person("x")))
         assert await by_tenant.get("t1", ServerCallContext(tenant="acme")) == a_task("t1")
-        assert await fake.store().a2a_get("t1", "tenant:acme") == a_task("t1").SerializeToString()
+        stored = await fake.a2a_tasks().a2a_get("t1", "tenant:acme")
+        assert stored == a_task("t1").SerializeToString()
         assert await store.get("t1", as_("x")) is None
 
     on_fake(scenario)
@@ -192,7 +193,7 @@ def test_the_owner_comes_from_the_owner_resolver_given() -> None:
 
 def test_two_replicas_share_their_tasks() -> None:
     async def scenario(fake: FakeCluster, first: ReachTaskStore) -> None:
-        second = ReachTaskStore(fake.store())
+        second = ReachTaskStore(fake.a2a_tasks())
         await first.save(a_task("t1", state=WORKING), ALICE)
         assert await second.get("t1", ALICE) == a_task("t1", state=WORKING)
         await second.save(a_task("t1", state=COMPLETED), ALICE)
@@ -364,7 +365,7 @@ def test_a_listed_task_shows_artifacts_only_if_asked_and_its_last_history_length
 def test_the_store_refuses_a_page_size_below_one() -> None:
     async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
         with pytest.raises(ProtocolError):
-            await fake.store().a2a_list("alice", page_size=0)
+            await fake.a2a_tasks().a2a_list("alice", page_size=0)
 
     on_fake(scenario)
 
@@ -384,8 +385,8 @@ def test_concurrent_saves_share_group_commits() -> None:
 
 def test_a_save_that_cannot_be_written_fails_alone() -> None:
     async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
-        bad = fake.store().a2a_save("bad", "alice", context_id="c1", state=WORKING, updated=None,
-                                    doc=None)  # type: ignore[arg-type]
+        bad = fake.a2a_tasks().a2a_save("bad", "alice", context_id="c1", state=WORKING,
+                                        updated=None, doc=None)  # type: ignore[arg-type]
         good = [store.save(a_task(f"t{n}"), ALICE) for n in range(3)]
         results = await asyncio.gather(bad, *good, return_exceptions=True)
         assert isinstance(results[0], sqlite3.IntegrityError)
@@ -398,7 +399,7 @@ def test_a_save_that_cannot_be_written_fails_alone() -> None:
 class FlakyPort:
     """A store port whose first ``failures`` calls fail as a store restart would fail them."""
 
-    def __init__(self, port: StorePort, failures: int) -> None:
+    def __init__(self, port: A2ATaskPort, failures: int) -> None:
         self.port = port
         self.failures = failures
         self.calls = 0
@@ -415,7 +416,7 @@ class FlakyPort:
 
 def test_a_call_cut_short_by_a_store_restart_is_made_again() -> None:
     async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
-        flaky = FlakyPort(fake.store(), failures=3)
+        flaky = FlakyPort(fake.a2a_tasks(), failures=3)
         replica = ReachTaskStore(flaky, retry_s=5.0)  # type: ignore[arg-type]
         await replica.save(a_task("t1"), ALICE)
         assert flaky.calls == 4
@@ -428,7 +429,7 @@ def test_a_call_cut_short_by_a_store_restart_is_made_again() -> None:
 
 def test_a_store_unavailable_for_longer_than_retry_s_is_agent_unavailable() -> None:
     async def scenario(fake: FakeCluster, store: ReachTaskStore) -> None:
-        replica = ReachTaskStore(FlakyPort(fake.store(), failures=10**6),  # type: ignore[arg-type]
+        replica = ReachTaskStore(FlakyPort(fake.a2a_tasks(), failures=10**6),  # type: ignore[arg-type]
                                  retry_s=2.0)
         start = clock.monotonic()
         with pytest.raises(AgentUnavailable):
@@ -455,7 +456,7 @@ def test_tasks_survive_a_crash_of_the_store_and_calls_made_meanwhile_wait_for_it
         old = fake.process(STORE_NAME)
         fake.crash(STORE_NAME)
         try:
-            replica = ReachTaskStore(fake.store())
+            replica = ReachTaskStore(fake.a2a_tasks())
             await replica.save(a_task("late", at=T0 + 50), ALICE)  # waits for the restart
             assert fake.process(STORE_NAME) is not old
             assert await replica.get("a4", ALICE) == a_task("a4", context_id="c2",

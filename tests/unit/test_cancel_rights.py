@@ -73,7 +73,7 @@ async def _started(rt: Any) -> tuple[asyncio.Task[Any], str]:
 async def _audit(fake: FakeCluster, rt: Any, agent_id: str) -> list[dict[str, Any]]:
     host = (await rt.cluster.registry().lookup(agent_id)).host
     await fake.process(host).flush_audit()
-    return list(await fake.store().audit_records(None, None, 100))
+    return list(await fake.audit_log().audit_records(None, None, 100))
 
 
 def test_a_cancel_from_someone_who_did_not_send_the_request_is_refused_and_audited() -> None:

@@ -67,7 +67,7 @@ async def worker(fake: FakeCluster, rt: Any, agent_id: str) -> Worker:
 async def discards(rt: Any, agent_id: str) -> list[dict[str, Any]]:
     """The audit records of ``agent_id``'s discarded results, once the host's trail flushed."""
     async def found() -> list[dict[str, Any]]:
-        records = await rt.cluster.store().audit_records(None, agent_id, 1000)
+        records = await rt.cluster.audit_log().audit_records(None, agent_id, 1000)
         return [r for r in records if r["outcome"] == DISCARDED]
 
     hits: list[dict[str, Any]] = await eventually(found)
@@ -99,7 +99,7 @@ def test_a_slow_holders_late_result_is_discarded_after_its_task_failed_over(
         assert result.value == {"text": "x", "by": "b"}
 
         await eventually(lambda: _true(slow.finished == [task.task_id]))  # a did finish...
-        recorded = await rt.cluster.store().reply_for(task.task_id)
+        recorded = await rt.cluster.sessions().reply_for(task.task_id)
         assert recorded == {"agent_id": "b", "payload": {"text": "x", "by": "b"},
                             "schema": "fence.done@1.0"}  # ...and its result was discarded
         (record,) = await discards(rt, "a")
@@ -131,7 +131,7 @@ def test_a_task_ends_with_the_committed_reply_when_the_fenced_holder_finishes_fi
 
         result = await task.result()
         assert result.state is TaskState.COMPLETED
-        recorded = await rt.cluster.store().reply_for(task.task_id)
+        recorded = await rt.cluster.sessions().reply_for(task.task_id)
         assert recorded is not None
         assert result.value == recorded["payload"]
         assert len(await discards(rt, "a")) == 1
@@ -156,7 +156,7 @@ def test_the_slow_holders_own_caller_gets_the_winners_reply_not_its_own(
 
         assert (await to_a).value == Done(text="x", by="b")
         assert slow.finished == ["job-1"]
-        recorded = await first.cluster.store().reply_for("job-1")
+        recorded = await first.cluster.sessions().reply_for("job-1")
         assert recorded is not None
         assert recorded["agent_id"] == "b"
         assert len(await discards(first, "a")) == 1
@@ -181,7 +181,7 @@ def test_a_fenced_holder_that_finishes_first_answers_retryable_and_the_later_one
         with pytest.raises(AgentUnavailable, match="being answered by another holder") as err:
             await to_a  # a finished first, but b's claim had fenced it off
         assert err.value.details["reason"] == "fenced"
-        assert await first.cluster.store().reply_for("job-2") is None
+        assert await first.cluster.sessions().reply_for("job-2") is None
         assert (await to_b).value == Done(text="x", by="b")
 
         retry = await first.client.request("a", Job(text="x"), msg_id="job-2")
@@ -205,7 +205,7 @@ def test_without_an_audit_log_a_discarded_result_is_logged(
         await eventually(lambda: _true("job-3" in slow.started))
         await failover.client.request("b", Job(text="x"), msg_id="job-3", timeout_ms=60_000)
         assert (await to_a).value.by == "b"
-        assert await first.cluster.store().audit_records(None, "a", 1000) == []
+        assert await first.cluster.audit_log().audit_records(None, "a", 1000) == []
 
     with caplog.at_level(logging.WARNING, logger="reach._runtime.runner"):
         run(scenario)  # signing off: no audit log

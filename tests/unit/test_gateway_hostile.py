@@ -350,7 +350,7 @@ def test_a_stored_task_holding_nan_is_read_and_saved_with_it_made_null() -> None
         poisoned.artifacts[0].parts[0].data.struct_value.update({"value": 1.0, "bad": 2.0})
         poisoned.artifacts[0].parts[0].data.struct_value["bad"] = float("nan")
         # A row as an older version stored it, past the store's own check.
-        await fake.store().a2a_save_many([("old-task", ANONYMOUS, "ctx",
+        await fake.a2a_tasks().a2a_save_many([("old-task", ANONYMOUS, "ctx",
                                            int(poisoned.status.state), None,
                                            poisoned.SerializeToString())])
         got = (await rpc(client, call("GetTask", id="old-task")))["result"]

@@ -474,7 +474,7 @@ def test_a_token_enters_reach_as_its_principal_and_tasks_are_its_own(
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
         host = fake.process((await fake.registry().lookup("orders-1")).host)
         await host.flush_audit()
-        records = await fake.store().audit_records(task["id"], None, 10)
+        records = await fake.audit_log().audit_records(task["id"], None, 10)
         assert {r["caller"] for r in records} == {"a2a:partner"}
 
         guard = fake.guard()

@@ -1,4 +1,4 @@
-"""The one translation of Ray's errors, and the seam's handles, without a running Ray."""
+"""The one translation of Ray's errors, the seam's ports and handles, without a running Ray."""
 
 from __future__ import annotations
 
@@ -6,10 +6,14 @@ import ast
 import importlib
 import pickle
 from pathlib import Path
+from typing import Any
 
+import pytest
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from reach._ray import _RECEIVED, RayCluster, _Port, _ship, translate
+import reach._ray
+from reach._ray import RayCluster
+from reach._ray.ports import _RECEIVED, RayHost, RayRegistry, RaySessions, _ship, translate
 from reach._runtime.names import REGISTRY_NAME, STORE_NAME
 from reach.errors import AgentUnavailable, InvalidPayload, ReachError
 from reach.security.guard import SecurityConfig
@@ -39,29 +43,116 @@ def test_any_other_ray_failure_is_a_reach_error_too() -> None:
     assert isinstance(translate(RuntimeError("odd"), "reach.registry"), ReachError)
 
 
-def test_a_cluster_handle_pickles_with_its_settings_and_without_its_cache() -> None:
+class Handle:
+    """An actor handle as the seam uses one: ``handle.method.remote(*args)``; it records the
+    calls started (and pickles, as a handle does)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):  # pickle's questions, not methods
+            raise AttributeError(method)
+        handle = self
+
+        class Method:
+            @staticmethod
+            def remote(*args: Any, **kwargs: Any) -> str:
+                handle.started.append((method, args, kwargs))
+                return f"ref of {method}"
+
+        return Method()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Handle) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+@pytest.fixture
+def looked_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names the seam looks up with Ray (each answered with a recording handle)."""
+    names: list[str] = []
+
+    def get_actor(name: str, namespace: str) -> Handle:
+        names.append(name)
+        return Handle(name)
+
+    monkeypatch.setattr(reach._ray.ray, "get_actor", get_actor)
+    return names
+
+
+def test_a_port_call_starts_the_actors_method_at_once() -> None:
+    handle = Handle("reach.host.x")
+    call = RayHost(handle, "reach.host.x").remove_agents(["a"], 2.0)
+    assert handle.started == [("remove_agents", (["a"], 2.0), {})]
+    assert call.ref == "ref of remove_agents"  # type: ignore[attr-defined]
+
+
+def test_a_port_passes_keyword_only_arguments_by_keyword() -> None:
+    handle = Handle(STORE_NAME)
+    RaySessions(handle, STORE_NAME).add_pending("r1", agent_id="a", receiver="b",
+                                                 session_id="s", envelope={}, deadline=None)
+    assert handle.started == [("add_pending", ("r1",), {
+        "agent_id": "a", "receiver": "b", "session_id": "s", "envelope": {}, "deadline": None})]
+
+
+def test_a_port_pickles_as_its_handle_and_name() -> None:
+    port = pickle.loads(pickle.dumps(RayRegistry(Handle(REGISTRY_NAME), REGISTRY_NAME)))
+    assert isinstance(port, RayRegistry)
+    assert (port.handle, port.name) == (Handle(REGISTRY_NAME), REGISTRY_NAME)
+
+
+def test_a_cluster_handle_pickles_with_its_settings_and_without_what_it_looked_up(
+        looked_up: list[str]) -> None:
     cluster = RayCluster(SecurityConfig(sign=False))
-    cluster._ports["x"] = _Port(object(), "x")
+    cluster.host("reach.host.x")
     travelled = pickle.loads(pickle.dumps(cluster))
     assert travelled.security == cluster.security
-    assert travelled._ports == {}
+    travelled.host("reach.host.x")
+    assert looked_up == ["reach.host.x", "reach.host.x"]  # looked up again where it went
 
 
-def test_a_cluster_handle_carries_the_registry_and_store_handles_it_has() -> None:
+def test_a_cluster_handle_carries_the_registry_and_store_handles_it_has(
+        looked_up: list[str]) -> None:
     # A process given the cluster need not look those two up by name (a blocking call).
-    cluster = RayCluster(SecurityConfig(sign=False))
-    for name in (REGISTRY_NAME, STORE_NAME, "reach.host.x"):
-        cluster._ports[name] = _Port(name.upper(), name)
+    cluster = RayCluster(SecurityConfig(sign=False), handles={
+        name: Handle(name) for name in (REGISTRY_NAME, STORE_NAME, "reach.host.x")})
     travelled = pickle.loads(pickle.dumps(cluster))
-    assert sorted(travelled._ports) == [REGISTRY_NAME, STORE_NAME]
-    assert travelled._ports[REGISTRY_NAME].handle == REGISTRY_NAME.upper()
+    assert travelled.registry().handle == Handle(REGISTRY_NAME)  # type: ignore[attr-defined]
+    for port in (travelled.sessions(), travelled.audit_log(), travelled.a2a_tasks()):
+        assert port.handle == Handle(STORE_NAME)
+    assert looked_up == []
+    travelled.host("reach.host.x")
+    assert looked_up == ["reach.host.x"]
+
+
+def test_a_cluster_looks_a_name_up_once_for_every_port_of_it(looked_up: list[str]) -> None:
+    cluster = RayCluster(SecurityConfig(sign=False))
+    host = cluster.host("reach.host.x")
+    assert cluster.host("reach.host.x") is host
+    assert cluster.endpoint("reach.host.x").name == "reach.host.x"
+    assert looked_up == ["reach.host.x"]
+    cluster.forget("reach.host.x")
+    assert cluster.host("reach.host.x") is not host
+    assert looked_up == ["reach.host.x", "reach.host.x"]
+
+
+def test_an_agent_class_given_to_a_host_travels_as_a_shipped_class() -> None:
+    handle = Handle("reach.host.x")
+    host = RayHost(handle, "reach.host.x")
+    host.add_agents(Shipped, ["a"], (), {})  # type: ignore[arg-type]
+    host.preload([Shipped])  # type: ignore[list-item]
+    (_, added, _), (_, preloaded, _) = handle.started
+    assert added[0] is _ship(Shipped)
+    assert preloaded == ([_ship(Shipped)],)
 
 
 def test_a_shipped_class_is_pickled_once_and_rebuilt_once_per_process() -> None:
     shipped = _ship(Shipped)
     assert _ship(Shipped) is shipped  # pickled once in this process
-    assert _ship([Shipped]) == [shipped]
-    assert _ship("x") == "x"
     assert pickle.loads(pickle.dumps(shipped)) is Shipped  # known here: not rebuilt
     _RECEIVED.pop(shipped.key)
     rebuilt = pickle.loads(pickle.dumps(shipped))  # as a fresh process would

@@ -79,7 +79,7 @@ class Gateway:
 
     async def audit(self, agent_id: str) -> list[dict[str, Any]]:
         await self.host.flush_audit()
-        return await self.fake.store().audit_records(None, agent_id, 100)
+        return await self.fake.audit_log().audit_records(None, agent_id, 100)
 
 
 def second_replica(fake: FakeCluster, gw: Gateway) -> Gateway:

@@ -77,7 +77,7 @@ from reach.context import Context
 from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
 from reach.records import AgentRecord
-from reach.supervision import ChildSpec
+from reach.specs import ChildSpec
 
 log = logging.getLogger("reach.a2a.client.proxy")
 

@@ -63,7 +63,7 @@ from policies.discovery import pick_least_loaded
 from policies.tasks import Action, SeverityPolicy, TaskPolicy
 from policies.tasks import TaskState as ReachState
 from reach import clock
-from reach._runtime.tasks import TaskRunner, TaskSpec
+from reach._runtime.tasks import TaskRunner
 from reach.a2a.server._proto import to_python
 from reach.a2a.server.errors import error_doc, error_message
 from reach.a2a.server.events import TaskEvents, timestamp
@@ -72,6 +72,7 @@ from reach.client import Client, Link
 from reach.errors import CodecError, ErrorInfo, ReachError, Severity, TaskCancelled
 from reach.protocol import new_id
 from reach.records import TaskResult
+from reach.specs import TaskSpec
 from reach.web.options import GatewayOptions
 
 log = logging.getLogger("reach.a2a.server.executor")

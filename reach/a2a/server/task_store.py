@@ -2,9 +2,10 @@
 
 A gateway replica may restart, and several replicas on any node answer for the same tasks, so a
 task cannot live in a replica's memory: :class:`ReachTaskStore` implements the SDK's ``TaskStore``
-over the session store's port (:class:`~reach.ports.sessions.StorePort`), whose SQLite database
-outlives the store's own restarts. Each task is stored whole (its protobuf bytes) beside the
-columns it is found and listed by: its ID, context, owner, state and status timestamp.
+over the session store's A2A-task port (:class:`~reach.ports.a2a_tasks.A2ATaskPort`), whose
+SQLite database outlives the store's own restarts. Each task is stored whole (its protobuf
+bytes) beside the columns it is found and listed by: its ID, context, owner, state and status
+timestamp.
 
 It behaves as the SDK's ``DatabaseTaskStore``: every call is scoped to the owner its
 ``owner_resolver`` reads from the call's context (another owner's task is not there), and
@@ -54,18 +55,13 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 from policies.backoff import poll_delay
 from reach import clock
 from reach.errors import AgentUnavailable, AuthError
-from reach.ports.sessions import StorePort
+from reach.ports.a2a_tasks import A2ACursor, A2ATaskPort, A2ATaskRow
 
 log = logging.getLogger("reach.gateway.tasks")
 
 T = TypeVar("T")
-#: An A2A task to save: its ID, owner, context ID, state, status timestamp (ns) and document.
-A2ARow = tuple[str, str, str, int, int | None, bytes]
 #: Most saves sent in one store call.
 SAVE_BATCH = 256
-
-#: A position in the list order, as the store takes it: ``(status timestamp ns, task ID)``.
-Position = tuple[int | None, str]
 
 _INT64 = 1 << 63  # SQLite integers are signed 64-bit: a larger timestamp is no real position
 # The last two bytes (little-endian) of a double whose exponent is all ones (NaN, Infinity):
@@ -77,20 +73,20 @@ class ReachTaskStore(TaskStore):
     """The SDK's ``TaskStore`` on reach's session store (see the module's docstring).
 
     Args:
-        store: The session store's port (``cluster.store()``).
+        store: The session store's A2A-task port (``cluster.a2a_tasks()``).
         owner_resolver: Who owns the tasks of a call (default: the SDK's, the user's name).
         retry_s: How long a call keeps being made again while the store is unavailable.
         rng: Jitter of the waits between those attempts.
     """
 
-    def __init__(self, store: StorePort, owner_resolver: OwnerResolver = resolve_user_scope,
+    def __init__(self, store: A2ATaskPort, owner_resolver: OwnerResolver = resolve_user_scope,
                  *, retry_s: float = 30.0, rng: random.Random | None = None) -> None:
         self.store = store
         self.owner_resolver = owner_resolver
         self.retry_s = retry_s
         self._rng = rng or random.Random()
         # Saves waiting for the next store call, in order, and the task sending them.
-        self._queued: list[tuple[A2ARow, asyncio.Future[bool]]] = []
+        self._queued: list[tuple[A2ATaskRow, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
@@ -190,7 +186,7 @@ class ReachTaskStore(TaskStore):
         doc = await self._call(lambda: self.store.a2a_get(task_id, owner))
         return None if doc is None else _read(doc)
 
-    async def _start(self, page_token: str, owner: str) -> tuple[Position | None, bool]:
+    async def _start(self, page_token: str, owner: str) -> tuple[A2ACursor | None, bool]:
         """Where a page starts: past a cursor token's task, or at a task-ID token's task."""
         if not page_token:
             return None, False

@@ -15,10 +15,10 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from typing import Any
 
 from reach import clock
 from reach.errors import ReachError
+from reach.ports.audit import AuditPort, AuditRecord
 from reach.ports.cluster import Cluster
 
 log = logging.getLogger("reach.audit")
@@ -35,12 +35,13 @@ class AuditTrail:
     """One process's audit buffer.
 
     Args:
-        cluster: Where the session store is.
+        cluster: Where the audit log is (its port is taken at the first flush).
     """
 
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
-        self._buffer: deque[dict[str, Any]] = deque()
+        self._log: AuditPort | None = None
+        self._buffer: deque[AuditRecord] = deque()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self.written = 0
@@ -87,7 +88,9 @@ class AuditTrail:
         batch = list(self._buffer)
         self._buffer.clear()
         try:
-            await self._cluster.store().audit(batch)
+            if self._log is None:
+                self._log = self._cluster.audit_log()
+            await self._log.audit(batch)
         except ReachError as exc:  # the store may be restarting: keep them for the next flush
             log.warning("audit records not written yet (%d): %s", len(batch), exc)
             self._buffer.extendleft(reversed(batch))
