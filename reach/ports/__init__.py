@@ -13,7 +13,10 @@ watches and kills reach's processes, and to the ports it hands out, one module p
   session store keeps (sessions and pending requests, the audit log, the A2A gateway's tasks);
 - :mod:`reach.ports.supervisors`: :class:`SupervisorPort`;
 - :mod:`reach.ports.inbox`: :class:`InboxPort` (a driver's reply inbox);
-- :mod:`reach.ports.cluster`: the :class:`Cluster` itself and :class:`NodeInfo`.
+- :mod:`reach.ports.cluster`: the :class:`Cluster` itself and :class:`NodeInfo`;
+- :mod:`reach.ports.processes` and :mod:`reach.ports.ingress`: what features build on, knowing
+  nothing of them: a :class:`Process` of a class the feature gives (which it wraps in a typed
+  adapter of its own port), and an :class:`HttpService` served over the cluster's HTTP ingress.
 
 A module of reach imports the port modules it uses, not this package (which imports them all).
 
@@ -42,13 +45,15 @@ from reach.ports.cluster import Cluster, NodeInfo
 from reach.ports.endpoint import Delivered, Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
+from reach.ports.ingress import AsgiApp, HttpService, ServiceSettings
+from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import SessionsPort, StorePort
 from reach.ports.supervisors import SupervisorPort
 
 __all__ = [
     "A2ATaskPort",
+    "AsgiApp",
     "AuditPort",
     "CallLimits",
     "Cluster",
@@ -56,10 +61,12 @@ __all__ = [
     "Endpoint",
     "HostPort",
     "HostShape",
+    "HttpService",
     "InboxPort",
     "NodeInfo",
+    "Process",
     "RegistryPort",
-    "RemoteHostPort",
+    "ServiceSettings",
     "SessionsPort",
     "StorePort",
     "SupervisorPort",
