@@ -6,6 +6,10 @@ of ``actors/``, made remote here), a port is a typed adapter of an actor handle
 place, :func:`~reach._ray.ports.translate`. It also starts or joins
 Ray for :func:`reach.init`, feeds ``ray.util.metrics``, and answers the questions ``reach status``
 asks of a running cluster.
+
+It knows no feature: a feature's own process is a class the feature gives
+(:meth:`RayCluster.start_process`), and what is served over HTTP is an application class the
+feature gives (:meth:`RayCluster.serve`, on Ray Serve).
 """
 
 from __future__ import annotations
@@ -14,8 +18,7 @@ import logging
 import os
 import socket
 import warnings
-from collections.abc import Awaitable, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import ray
@@ -30,8 +33,8 @@ from reach._ray.ports import (
     RayHost,
     RayInbox,
     RayPort,
+    RayProcess,
     RayRegistry,
-    RayRemoteHost,
     RaySessions,
     RaySupervisor,
     translate,
@@ -40,7 +43,6 @@ from reach._runtime.metrics import export_through
 from reach._runtime.names import (
     NAMESPACE,
     REGISTRY_NAME,
-    REMOTE_PREFIX,
     STORE_NAME,
     supervisor_name,
 )
@@ -57,14 +59,13 @@ from reach.ports.cluster import NodeInfo
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
+from reach.ports.ingress import HttpService, ServiceSettings
+from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
-from reach.remote.wire import DEFAULT_MAX_FRAME_BYTES
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.specs import SupervisorSpec
-from reach.web.options import DEFAULT_PORT, GatewayOptions
 
 P = TypeVar("P", bound=RayPort)
 T = TypeVar("T")
@@ -78,7 +79,6 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "store": {"max_restarts": -1, "max_task_retries": 0, "max_concurrency": 10_000},
     "supervisor": {"max_restarts": 0, "max_concurrency": 10_000},
     "inbox": {"num_cpus": 0},
-    "remote": {"num_cpus": 0, "max_concurrency": 10_000},
 }
 
 
@@ -97,9 +97,23 @@ def _remote(kind: str) -> Any:
 #: Where each kind of reach process is written (plain classes: Ray is applied here).
 _ACTORS = {"host": ("actors.host", "AgentHost"), "registry": ("actors.registry", "Registry"),
            "store": ("actors.sessions", "SessionStore"),
-           "supervisor": ("actors.supervisor", "Supervisor"), "inbox": ("actors.inbox", "Inbox"),
-           "remote": ("actors.remote_host", "RemoteHost")}
+           "supervisor": ("actors.supervisor", "Supervisor"), "inbox": ("actors.inbox", "Inbox")}
 _CLASSES: dict[str, Any] = {}
+
+
+#: The actor options of a process :meth:`RayCluster.start_process` starts: it reserves no CPU
+#: and takes many calls at once (they wait on other processes, not on the CPU).
+_PROCESS_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 10_000}
+_PROCESS_CLASSES: dict[type[object], Any] = {}
+
+
+def _process_class(cls: type[object]) -> Any:
+    """The Ray actor class of a class given to :meth:`RayCluster.start_process` (made once per
+    process and class)."""
+    made = _PROCESS_CLASSES.get(cls)
+    if made is None:
+        made = _PROCESS_CLASSES[cls] = ray.remote(**_PROCESS_OPTIONS)(cls)
+    return made
 
 
 class RayCluster:
@@ -183,9 +197,8 @@ class RayCluster:
         return self._port(name, RayEndpoint)
 
     def host(self, name: str) -> HostPort:
-        """See :meth:`reach.ports.cluster.Cluster.host` (the port of a remote agents' host has
-        its remote calls too: an agent reconnecting elsewhere is handed over through it)."""
-        return self._port(name, RayRemoteHost if name.startswith(REMOTE_PREFIX) else RayHost)
+        """See :meth:`reach.ports.cluster.Cluster.host`."""
+        return self._port(name, RayHost)
 
     def supervisor(self, name: str) -> SupervisorPort:
         """See :meth:`reach.ports.cluster.Cluster.supervisor`."""
@@ -244,21 +257,28 @@ class RayCluster:
                                           scheduling_strategy=here).remote()
         return self._started(name, handle, RayInbox)
 
-    def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
-                          queue_limit: int) -> RemoteHostPort:
-        """The host of a gateway replica's remote agents, on this process's node; it lives
-        and dies with the process that starts it (the replica)."""
+    def start_process(self, name: str, cls: type[object],
+                      args: tuple[object, ...]) -> Process:
+        """See :meth:`reach.ports.cluster.Cluster.start_process`: an actor owned by this process
+        (Ray ends an actor with its owner, and does not restart it), pinned to this node."""
+        # Hard affinity: Ray ignores soft affinity for an actor that asks for no CPU.
         here = NodeAffinitySchedulingStrategy(self.node_id(), soft=False)
-        handle = _remote("remote").options(name=name, namespace=self.namespace,
-                                           scheduling_strategy=here).remote(
-            name, self, limits, grace_s, queue_limit)
-        return self._started(name, handle, RayRemoteHost)
+        handle = _process_class(cls).options(name=name, namespace=self.namespace,
+                                             scheduling_strategy=here).remote(*args)
+        self._started(name, handle, RayEndpoint)  # found as an endpoint without a lookup
+        return RayProcess(handle, name)
+
+    def find_process(self, name: str) -> Process:
+        """See :meth:`reach.ports.cluster.Cluster.find_process`."""
+        return RayProcess(self._port(name, RayEndpoint).handle, name)
 
     def kill(self, port: Endpoint) -> None:
-        """See :meth:`reach.ports.cluster.Cluster.kill`."""
+        """See :meth:`reach.ports.cluster.Cluster.kill`: the actor of the port, or of the process
+        of that name this cluster started or found (a feature's adapter of a process)."""
+        handle = port.handle if isinstance(port, RayPort) else self._handles.get(port.name)
         self.forget(port.name)
-        if isinstance(port, RayPort):
-            ray.kill(port.handle)
+        if handle is not None:
+            ray.kill(handle)
 
     def node_id(self) -> str:
         """See :meth:`reach.ports.cluster.Cluster.node_id`."""
@@ -278,62 +298,59 @@ class RayCluster:
             warnings.simplefilter("ignore", DeprecationWarning)
             return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
-    def start_gateway(self, options: GatewayOptions) -> str:
-        """See :meth:`reach.ports.cluster.Cluster.start_gateway`: a Ray Serve application."""
-        from ray import serve
+    # -- the HTTP ingress: Ray Serve ---------------------------------------------------------
+
+    def http_port(self) -> int | None:
+        """See :meth:`reach.ports.cluster.Cluster.http_port`."""
         from ray.serve.context import _get_global_client
 
+        # Serve's private client: ``serve.status()`` would start Serve to answer.
         running = _get_global_client(raise_if_no_controller_running=False)
-        if running is None:
-            port = options.port or DEFAULT_PORT
-            if _STARTED_LOCAL and not _port_free(port):  # the proxy would listen here
-                raise ConfigError(f"port {port} is in use on this machine: the gateway's HTTP "
-                                  "proxy cannot listen there",
-                                  suggestion="start the gateway with another port",
-                                  details={"setting": "port", "port": port})
-            try:
-                serve.start(proxy_location=options.proxy_location,
-                            http_options={"host": options.host, "port": port})
-            except (RayError, RuntimeError) as exc:
-                raise ConfigError(f"Ray Serve's HTTP proxy did not start on port {port}: "
-                                  f"{str(exc).strip().splitlines()[-1]}",
-                                  details={"setting": "port", "port": port}) from exc
-        else:  # one HTTP proxy per cluster: its port and address are settled
-            port = int(running.http_config.port)
-            if options.port not in (None, port):
-                raise ConfigError(
-                    f"Ray Serve's HTTP proxy already listens on port {port} in this cluster; "
-                    f"a gateway cannot listen on {options.port}",
-                    suggestion=f"start the gateway with port={port} (or none), or restart "
-                               "Serve (serve.shutdown()) to move it",
-                    details={"setting": "port", "running": port})
-        options = replace(options, port=port)
-        deployment = _gateway_deployment().options(
-            name=options.name, num_replicas=options.replicas,
-            # Each replica carries many A2A calls at once (they wait on agents, not on the CPU).
-            max_ongoing_requests=GATEWAY_MAX_ONGOING, max_queued_requests=GATEWAY_MAX_QUEUED,
+        return None if running is None else int(running.http_config.port)
+
+    def start_http(self, host: str, port: int, proxy_location: str) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.start_http`: Ray Serve, with its HTTP proxy."""
+        from ray import serve
+
+        if _STARTED_LOCAL and not _port_free(port):  # the proxy would listen here
+            raise ConfigError(f"port {port} is in use on this machine: the cluster's HTTP "
+                              "proxy cannot listen there",
+                              suggestion="choose another port",
+                              details={"setting": "port", "port": port})
+        try:
+            serve.start(proxy_location=proxy_location, http_options={"host": host, "port": port})
+        except (RayError, RuntimeError) as exc:
+            raise ConfigError(f"Ray Serve's HTTP proxy did not start on port {port}: "
+                              f"{str(exc).strip().splitlines()[-1]}",
+                              details={"setting": "port", "port": port}) from exc
+
+    def serve(self, name: str, service: type[HttpService], args: tuple[object, ...],
+              settings: ServiceSettings, timeout_s: float) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.serve`: a Ray Serve application of one
+        deployment, behind Serve's ASGI ingress."""
+        from ray import serve
+
+        deployment = _served_class(service).options(
+            name=name, num_replicas=settings.replicas,
+            max_ongoing_requests=settings.max_ongoing, max_queued_requests=settings.max_queued,
             health_check_period_s=5.0, health_check_timeout_s=10.0,
             # Serve's access log writes a line a request: a tenth of a replica's CPU at load
             # (reach's audit log records the calls).
             logging_config={"enable_access_log": False},
-            # The SDK's OpenTelemetry spans cost about 1 ms a request: off unless asked for (it
-            # reads the variable when imported, so it is set in the replica's environment).
-            ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": {
-                "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED":
-                    os.environ.get("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")}}})
-        serve.run(deployment.bind(self, options), name=options.name, route_prefix="/",
-                  blocking=False)
-        _wait_running(options.name, timeout_s=120.0)
-        return options.base_url
+            ray_actor_options={"num_cpus": 0,
+                               "runtime_env": {"env_vars": dict(settings.env)}})
+        serve.run(deployment.bind(dict(settings.server_defaults), *args), name=name,
+                  route_prefix=settings.route_prefix, blocking=False)
+        _wait_running(name, timeout_s)
 
-    def stop_gateway(self, name: str) -> None:
-        """See :meth:`reach.ports.cluster.Cluster.stop_gateway`."""
+    def unserve(self, name: str) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.unserve`."""
         from ray import serve
 
         try:
             serve.delete(name)
         except RayError as exc:  # no Serve running: nothing to stop
-            log.debug("no gateway %s to stop: %s", name, exc)
+            log.debug("no application %s to stop: %s", name, exc)
 
     # -- what only a driver does -------------------------------------------------------------
 
@@ -384,26 +401,24 @@ class RayCluster:
                 if n.get("namespace") == self.namespace]
 
 
-#: Calls one gateway replica carries at once, and calls queued for replicas beyond that.
-GATEWAY_MAX_ONGOING = 1000
-GATEWAY_MAX_QUEUED = 2000
-_GATEWAY_CLASS: Any = None
+_SERVED: dict[type[object], Any] = {}
 
 
-def _gateway_deployment() -> Any:
-    """The gateway's Serve deployment: :class:`reach.gateway.server.GatewayServer` behind
-    Serve's ASGI ingress (made once per process: Serve pickles the class by reference)."""
-    global _GATEWAY_CLASS  # noqa: PLW0603 - one class per process
-    if _GATEWAY_CLASS is None:
+def _served_class(service: type[HttpService]) -> Any:
+    """The Serve deployment of a :class:`~reach.ports.ingress.HttpService` class: the class behind
+    Serve's ASGI ingress, each replica built as ``service(*args)`` once the HTTP server
+    defaults it was given are set (made once per process and class)."""
+    made = _SERVED.get(service)
+    if made is None:
         from ray import serve
 
-        from reach.gateway.server import GatewayServer
+        base: Any = service
 
         @serve.ingress()
-        class ReachGateway(GatewayServer):
-            def __init__(self, cluster: Any, options: GatewayOptions) -> None:
-                bound_websocket_frames(DEFAULT_MAX_FRAME_BYTES)  # before Serve's server starts
-                super().__init__(cluster, options)
+        class Served(base):  # type: ignore[misc] # the caller's class, given at run time
+            def __init__(self, server_defaults: dict[str, object], *args: object) -> None:
+                set_server_defaults(server_defaults)  # before Serve's server starts
+                super().__init__(*args)
 
             def __serve_build_asgi_app__(self) -> Any:
                 return self.app
@@ -414,43 +429,43 @@ def _gateway_deployment() -> Any:
             async def __del__(self) -> None:
                 await self.close()
 
-        _GATEWAY_CLASS = serve.deployment(ReachGateway)
-    return _GATEWAY_CLASS
+        made = _SERVED[service] = serve.deployment(Served)
+    return made
 
 
-def bound_websocket_frames(max_frame_bytes: int) -> None:
-    """Makes the HTTP server Serve starts in this process keep the channel's frame limit, so
-    that a frame over it is refused (4413, audited) before it is buffered.
+def set_server_defaults(settings: Mapping[str, object]) -> None:
+    """Makes the HTTP server Serve starts in this process take ``settings`` as the defaults of
+    its ``uvicorn.Config`` (what Serve offers no setting or variable of its own for: say, a
+    WebSocket frame limit).
 
     With Serve's direct ingress (on under its HAProxy ingress, which a local reach turns on),
     each replica serves HTTP itself: Serve builds its uvicorn server after the deployment's
     constructor returns (``ray.serve._private.http_util.start_asgi_http_server``), from
-    ``uvicorn.Config`` with no WebSocket setting, and offers no setting or variable of its own
-    for them. So, in the replica's process, ``uvicorn.Config`` takes the channel's
-    (:func:`reach.remote.channel_server.uvicorn_settings`) as defaults. A unit test fails if
-    Serve stops building its server that way. Behind Serve's default Python proxy instead (and
-    through the fallback HAProxy uses until it routes to a new replica), the proxy holds the
-    sockets and buffers frames up to uvicorn's 16 MiB before the replica's check: the first
-    case is logged here, once per replica.
+    ``uvicorn.Config`` with none of these settings. So, in the replica's process,
+    ``uvicorn.Config`` takes them as defaults. A unit test fails if Serve stops building its
+    server that way. Behind Serve's default Python proxy instead (and through the fallback
+    HAProxy uses until it routes to a new replica), the proxy holds the sockets, with uvicorn's
+    own settings: the first case is logged here, once per replica. Nothing is changed for no
+    settings.
     """
+    if not settings:
+        return
     import uvicorn
 
-    from reach.remote.channel_server import uvicorn_settings
-
-    settings = uvicorn_settings(max_frame_bytes)
     base: Any = getattr(uvicorn.Config, "reach_base", uvicorn.Config)
 
-    class ChannelConfig(base):  # type: ignore[misc] # uvicorn's own, wrapped
+    class ServerConfig(base):  # type: ignore[misc] # uvicorn's own, wrapped
         reach_base = base
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**settings, **kwargs})
 
-    uvicorn.Config = ChannelConfig  # type: ignore[misc]
+    uvicorn.Config = ServerConfig  # type: ignore[misc]
     if not any(os.environ.get(v) == "1" for v in (SERVE_HAPROXY, SERVE_DIRECT_INGRESS)):
-        log.warning("Serve's Python proxy holds the gateway's WebSockets: it buffers a frame up "
-                    "to 16 MiB before the channel refuses it over %d bytes (set %s=1 to have "
-                    "the replica's own server refuse it first)", max_frame_bytes, SERVE_HAPROXY)
+        log.warning("Serve's Python proxy holds this replica's connections, with uvicorn's own "
+                    "settings (a WebSocket frame is buffered up to 16 MiB), not the replica's "
+                    "(%s): set %s=1 to have the replica's own server hold them",
+                    ", ".join(sorted(settings)), SERVE_HAPROXY)
 
 
 #: Serve's direct ingress (each replica serves HTTP itself; implied by :data:`SERVE_HAPROXY`).
@@ -471,7 +486,7 @@ def _wait_running(name: str, timeout_s: float) -> None:
             return
         if state.endswith(("DEPLOY_FAILED", "UNHEALTHY")) or time.monotonic() > deadline:
             message = status.message if status is not None else "never started"
-            raise ConfigError(f"the gateway application {name!r} is {state}: {message}")
+            raise ConfigError(f"the application {name!r} is {state}: {message}")
         time.sleep(0.2)
 
 
@@ -480,13 +495,14 @@ def is_initialized() -> bool:
     return bool(ray.is_initialized())
 
 
-#: Ray Serve's HAProxy ingress (the gateway's HTTP path): set in the environment a local Ray
-#: starts with, unless the user set it. Measured on 2 cores with a trivial Serve echo and 100
-#: connections: about 2,400 requests/s with it, 220 with Serve's default Python proxy.
+#: Ray Serve's HAProxy ingress (the HTTP path of what :meth:`RayCluster.serve` serves): set in
+#: the environment a local Ray starts with, unless the user set it. Measured on 2 cores with a
+#: trivial Serve echo and 100 connections: about 2,400 requests/s with it, 220 with Serve's
+#: default Python proxy.
 SERVE_HAPROXY = "RAY_SERVE_ENABLE_HA_PROXY"
 
 
-#: The ports Serve's HAProxy binds besides the gateway's (its stats and metrics), and their
+#: The ports Serve's HAProxy binds besides the HTTP port (its stats and metrics), and their
 #: defaults: fixed ports, so a second local Ray's would clash with the first's.
 SERVE_HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": 8404, "RAY_SERVE_HAPROXY_METRICS_PORT": 9101}
 

@@ -28,7 +28,6 @@ from reach.ports.endpoint import Delivered, Endpoint
 from reach.ports.hosts import HandlerDoc, HostInfo, HostPort
 from reach.ports.inbox import InboxPort
 from reach.ports.registry import AclDoc, CallSignature, RegistryPort, RegistryStats
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import (
     CommittedReply,
     NewMessage,
@@ -51,7 +50,7 @@ from reach.records import (
 from reach.specs import TaskSpec
 
 if TYPE_CHECKING:
-    from reach.remote.wire import Attached, Hello, WireRefusal
+    pass
 
 
 def translate(exc: BaseException, name: str) -> BaseException:
@@ -186,39 +185,6 @@ class RayHost(RayEndpoint, HostPort):
     def preload(self, classes: list[type[Agent]]) -> Awaitable[int]:
         """See :meth:`reach.ports.hosts.HostPort.preload`."""
         return self.call("preload", [_ship(c) for c in classes])
-
-
-class RayRemoteHost(RayHost, RemoteHostPort):
-    """The host of a gateway replica's remote agents (``actors/remote_host.py``)."""
-
-    def attach(self, hello: Hello, principal: str) -> Awaitable[Attached | WireRefusal]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.attach`."""
-        return self.call("attach", hello, principal)
-
-    def take(self, ready: dict[str, str]) -> Awaitable[dict[str, str | None]]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.take`."""
-        return self.call("take", ready)
-
-    def poke(self) -> Awaitable[None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.poke`."""
-        return self.call("poke")
-
-    def put(self, batches: list[tuple[str, str, list[dict[str, Any]]]],
-            ) -> Awaitable[dict[str, list[dict[str, Any]]]]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.put`."""
-        return self.call("put", batches)
-
-    def detach(self, agent_id: str, conn: str, reason: str, goodbye: bool) -> Awaitable[None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.detach`."""
-        return self.call("detach", agent_id, conn, reason, goodbye)
-
-    def refused(self, principal: str, agent_id: str, reason: str) -> Awaitable[None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.refused`."""
-        return self.call("refused", principal, agent_id, reason)
-
-    def hand_over(self, agent_id: str, to: str) -> Awaitable[list[list[Any]] | None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.hand_over`."""
-        return self.call("hand_over", agent_id, to)
 
 
 class RayRegistry(RayPort, RegistryPort):
@@ -495,7 +461,24 @@ def _received_class(key: str, blob: bytes) -> type:
     return cls
 
 
+class RayProcess:
+    """A :class:`~reach.ports.processes.Process` over one actor handle: ``call(m, *a)`` starts
+    ``handle.m.remote(*a)`` at once and returns a :class:`~reach._ray.ports.RayCall`."""
+
+    __slots__ = ("handle", "name")
+
+    def __init__(self, handle: Any, name: str) -> None:
+        self.handle = handle
+        self.name = name
+
+    def call(self, method: str, *args: object) -> Awaitable[object]:
+        """See :meth:`reach.ports.processes.Process.call`."""
+        return RayCall(getattr(self.handle, method).remote(*args), self.name)
+
+
+
 __all__ = [
+    "RayProcess",
     "RayA2ATasks",
     "RayAudit",
     "RayCall",
@@ -504,7 +487,6 @@ __all__ = [
     "RayInbox",
     "RayPort",
     "RayRegistry",
-    "RayRemoteHost",
     "RaySessions",
     "RaySupervisor",
     "translate",

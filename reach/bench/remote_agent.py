@@ -41,6 +41,7 @@ from reach.bench.quiet import settle
 from reach.bench.results import add_out, write
 from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
+from reach.remote.host import start_remote_host
 from reach.remote.wire import agent_secret
 from reach.security.keys import Keyring
 from reach.web.auth import token_for
@@ -76,8 +77,7 @@ async def measured(name: str, rt: reach.Runtime, ids: list[str], total: int,
 def serve_channel(port: int, address: str) -> None:
     """Joins the cluster, starts the RemoteHost and serves the channel until killed."""
     rt = reach.init(address=address, log_to_driver=False)
-    cluster: Any = rt.cluster
-    host = cluster.start_remote_host(REMOTE_HOST, CallLimits(), 10.0, 1000)
+    host = start_remote_host(rt.cluster, REMOTE_HOST, CallLimits(), 10.0, 1000)
     app = Starlette(routes=channel_routes(rt.cluster, GatewayOptions(), host, ChannelOptions()))
     print("ready", flush=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",

@@ -3,8 +3,9 @@
 It mounts the features that face outward, each a folder of its own: the A2A 1.0 server
 (:mod:`reach.a2a.server`: agent cards, the JSON-RPC binding, A2A tasks) and the WebSocket
 channel of agents that dial in (:mod:`reach.remote.channel`). :mod:`reach.gateway.server` is
-what one replica runs; Ray Serve serves it on the cluster (:meth:`reach.Runtime.start_gateway`,
-``reach gateway``). Its settings are :class:`reach.web.options.GatewayOptions`.
+what one replica runs; :mod:`reach.gateway.deploy` serves it over the cluster's HTTP ingress (Ray
+Serve on Ray: :meth:`reach.Runtime.start_gateway`, ``reach gateway``). Its settings are
+:class:`reach.web.options.GatewayOptions`.
 """
 
 from __future__ import annotations

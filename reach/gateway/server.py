@@ -1,8 +1,8 @@
 """One replica of the A2A gateway: an ASGI application on the official SDK.
 
-Ray Serve runs it as the gateway's deployment (``RayCluster.start_gateway``); a test runs it on
-the fake cluster. Each replica holds a reach client of its own (a :class:`reach.Runtime`: an
-inbox, a directory, a transport) and owns the tasks it runs.
+The cluster's HTTP ingress serves it (:mod:`reach.gateway.deploy`: Ray Serve on Ray); a test
+runs it on the fake cluster. Each replica holds a reach client of its own (a
+:class:`reach.Runtime`: an inbox, a directory, a transport) and owns the tasks it runs.
 
 HTTP surface (paths under :attr:`GatewayOptions.base_url`):
 
@@ -64,6 +64,7 @@ from reach.errors import AgentUnavailable, ConfigError, ReachError
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
+from reach.remote.host import start_remote_host
 from reach.security.keys import Keyring
 from reach.web.auth import ANONYMOUS, bearer_token, principal_for
 from reach.web.options import GatewayOptions
@@ -115,8 +116,8 @@ class GatewayServer:
                                            follow_s=options.timeout_ms / 1000 + FOLLOW_GRACE_S)
         # The host of the remote agents that connect through this replica (their WebSockets).
         self._channel = ChannelOptions()
-        self.remote_host = cluster.start_remote_host(
-            f"{REMOTE_PREFIX}{self.runtime.driver_id}",
+        self.remote_host = start_remote_host(
+            cluster, f"{REMOTE_PREFIX}{self.runtime.driver_id}",
             CallLimits(default_timeout_ms=options.timeout_ms), self._channel.grace_s,
             self._channel.queue_limit)
         #: The routes under the gate (the channel's WebSocket route passes it untouched: the

@@ -17,6 +17,9 @@ watches and kills reach's processes, and to the ports it hands out, one module p
 - :mod:`reach.ports.inbox`: :class:`InboxPort` (a driver's reply inbox);
 - :mod:`reach.ports.cluster`: the :class:`Cluster` itself and :class:`NodeInfo`;
 - :mod:`reach.ports.data`: plain data several ports carry (an error's info, a JSON object).
+- :mod:`reach.ports.processes` and :mod:`reach.ports.ingress`: what features build on, knowing
+  nothing of them: a :class:`Process` of a class the feature gives (which it wraps in a typed
+  adapter of its own port), and an :class:`HttpService` served over the cluster's HTTP ingress.
 
 What crosses a port is typed: records of :mod:`reach.records`, or the TypedDicts of the port's
 module for what a process answers as plain data; no port takes or gives ``Any`` (but the
@@ -54,8 +57,9 @@ from reach.ports.data import ErrorDoc, JsonObject
 from reach.ports.endpoint import Delivered, Endpoint
 from reach.ports.hosts import CallLimits, HandlerDoc, HostInfo, HostPort, HostShape
 from reach.ports.inbox import InboxPort
+from reach.ports.ingress import AsgiApp, HttpService, ServiceSettings
+from reach.ports.processes import Process
 from reach.ports.registry import AclDoc, AclRuleDoc, CallSignature, RegistryPort, RegistryStats
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import (
     CommittedReply,
     NewMessage,
@@ -74,6 +78,7 @@ __all__ = [
     "A2ATaskRow",
     "AclDoc",
     "AclRuleDoc",
+    "AsgiApp",
     "AuditEntry",
     "AuditPort",
     "AuditRecord",
@@ -88,16 +93,18 @@ __all__ = [
     "HostInfo",
     "HostPort",
     "HostShape",
+    "HttpService",
     "InboxPort",
     "JsonObject",
     "NewMessage",
     "NodeInfo",
     "OpenedSession",
     "PendingRequest",
+    "Process",
     "RecordedReply",
     "RegistryPort",
     "RegistryStats",
-    "RemoteHostPort",
+    "ServiceSettings",
     "SessionsPort",
     "StoreStats",
     "SupervisorPort",

@@ -1,4 +1,11 @@
-"""The Cluster: finds, creates, watches and kills reach's processes, and hands out their ports."""
+"""The Cluster: finds, creates, watches and kills reach's processes, and hands out their ports.
+
+Features build on two of its primitives that know nothing of them: a process of a class the
+feature gives (:meth:`Cluster.start_process`, a :class:`~reach.ports.processes.Process` the
+feature wraps in a typed adapter of its own port), and an application served over the
+cluster's HTTP ingress (:meth:`Cluster.serve`, each replica an
+:class:`~reach.ports.ingress.HttpService`).
+"""
 
 from __future__ import annotations
 
@@ -11,15 +18,15 @@ from reach.ports.audit import AuditPort
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
+from reach.ports.ingress import HttpService, ServiceSettings
+from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
 from reach.specs import SupervisorSpec
 
 if TYPE_CHECKING:
     from reach.security.guard import Guard, SecurityConfig
-    from reach.web.options import GatewayOptions
 
 
 @dataclass(frozen=True)
@@ -139,18 +146,51 @@ class Cluster(Protocol):
         """Whether this process is a restart of a process of the same name (registry, store)."""
         ...
 
-    def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
-                          queue_limit: int) -> RemoteHostPort:
-        """Starts the host of a gateway replica's remote agents (those connected over its
-        WebSockets) on this process's node; it lives and dies with the process that starts it."""
+    # -- what features build on: processes of their own, and HTTP ----------------------------
+
+    def start_process(self, name: str, cls: type[object], args: tuple[object, ...]) -> Process:
+        """Starts ``cls(*args)`` as a process called ``name`` on this process's node: it
+        reserves no CPU, takes up to 10,000 calls at once, is not restarted when it dies, and
+        lives and dies with the process that starts it. It is an endpoint too when ``cls`` is
+        a host (:meth:`host` and :meth:`endpoint` find it; :meth:`kill` ends it)."""
         ...
 
-    def start_gateway(self, options: GatewayOptions) -> str:
-        """Starts (or updates) the A2A gateway application; returns the URL it answers at."""
+    def find_process(self, name: str) -> Process:
+        """A live process :meth:`start_process` started, found by its name from any process.
+
+        Raises:
+            AgentUnavailable: no live process has that name.
+        """
         ...
 
-    def stop_gateway(self, name: str) -> None:
-        """Stops the gateway application called ``name`` (nothing when none runs)."""
+    def http_port(self) -> int | None:
+        """The port the cluster's HTTP ingress listens on; None when it is not started."""
+        ...
+
+    def start_http(self, host: str, port: int, proxy_location: str) -> None:
+        """Starts the cluster's HTTP ingress (one per cluster: its port is settled from then on)
+        on ``host``/``port``, with proxies ``HeadOnly`` (on the head node) or ``EveryNode``.
+
+        Raises:
+            ConfigError: it did not start (the port is taken on this machine, or the
+                platform's reason).
+        """
+        ...
+
+    def serve(self, name: str, service: type[HttpService], args: tuple[object, ...],
+              settings: ServiceSettings, timeout_s: float) -> None:
+        """Serves the application ``name`` over the HTTP ingress (started first), each replica
+        ``service(*args)``; starts it, or updates the one running under that name, and returns
+        once it runs.
+
+        Raises:
+            ConfigError: it failed to start, or did not run within ``timeout_s`` (with the
+                platform's reason).
+        """
+        ...
+
+    def unserve(self, name: str) -> None:
+        """Stops the application called ``name`` (nothing when none runs)."""
         ...
 
 

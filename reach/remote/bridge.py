@@ -10,7 +10,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from reach.errors import CodecError, ReachError
-from reach.ports.remote import RemoteHostPort
+from reach.remote.ports import RemoteHostPort
 from reach.remote.wire import error_frame
 
 log = logging.getLogger("reach.remote.channel")

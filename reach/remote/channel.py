@@ -1,7 +1,7 @@
 """The gateway's WebSocket channel for remote agents: ``/v1/agents/connect``.
 
 A gateway replica holding a socket is only its bridge: the reach side of the agents connected
-through the replica is its :class:`~reach.ports.remote.RemoteHostPort` (``actors/remote_host.py``),
+through the replica is its :class:`~reach.remote.ports.RemoteHostPort` (``host.py``),
 which registers them, queues what is sent to them and sends what they send. The replica keeps
 two calls to it in flight at most, whatever the number of agents (:class:`Bridge`):
 
@@ -34,9 +34,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from reach.errors import CodecError, ConfigError, ReachError
 from reach.ports.cluster import Cluster
-from reach.ports.remote import RemoteHostPort
 from reach.remote.bridge import GONE, Bridge
 from reach.remote.channel_server import REFUSAL
+from reach.remote.ports import RemoteHostPort
 from reach.remote.wire import (
     CONNECT_PATH,
     DEFAULT_MAX_BATCH,
@@ -118,7 +118,7 @@ def channel_routes(cluster: Cluster, options: GatewayOptions, host: RemoteHostPo
     Args:
         cluster: The deployment (its keyring checks the bearer tokens).
         options: The gateway's settings (``auth``: a bearer token is required).
-        host: This replica's remote host (``cluster.start_remote_host``).
+        host: This replica's remote host (:func:`reach.remote.host.start_remote_host`).
         channel: The channel's own settings.
 
     Raises:

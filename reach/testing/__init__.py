@@ -35,13 +35,13 @@ import pickle
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from reach import clock
 from reach._runtime.inline_sqlite import inline_connect
-from reach._runtime.names import REGISTRY_NAME, REMOTE_PREFIX, STORE_NAME, supervisor_name
+from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
 from reach._runtime.virtual_time import EPOCH, VirtualClock, VirtualLoop
 from reach.driver import Driver
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
@@ -51,8 +51,9 @@ from reach.ports.cluster import NodeInfo
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
+from reach.ports.ingress import HttpService, ServiceSettings
+from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
 from reach.security.guard import Guard, SecurityConfig, guard_for
@@ -64,12 +65,11 @@ from reach.testing.ports import (
     FakeHost,
     FakeInbox,
     FakePort,
+    FakeProcess,
     FakeRegistry,
-    FakeRemoteHost,
     FakeSessions,
     FakeSupervisor,
 )
-from reach.web.options import DEFAULT_PORT, GatewayOptions
 
 T = TypeVar("T")
 F = TypeVar("F", bound=FakePort)
@@ -194,9 +194,11 @@ class FakeCluster:
         self._folder = folder or Path(tempfile.gettempdir())
         self.calls: Counter[tuple[str, str]] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: Gateways started on this cluster, by name: a test drives ``gateways[name].app``
-        #: (an ASGI application) with an in-process HTTP client.
-        self.gateways: dict[str, Any] = {}
+        #: The applications served on this cluster (:meth:`serve`), by name, each its one
+        #: replica: a test drives ``services[name].app`` (an ASGI application) with an
+        #: in-process HTTP client.
+        self.services: dict[str, Any] = {}
+        self._http_port: int | None = None
 
     def __reduce__(self) -> Any:
         raise TypeError("a FakeCluster lives in one process: it is never pickled")
@@ -326,10 +328,8 @@ class FakeCluster:
         return self._live_port(name, FakeEndpoint)
 
     def host(self, name: str) -> HostPort:
-        """See :meth:`reach.ports.cluster.Cluster.host` (the port of a remote agents' host has
-        its remote calls too: an agent reconnecting elsewhere is handed over through it)."""
-        return self._live_port(name, FakeRemoteHost if name.startswith(REMOTE_PREFIX)
-                               else FakeHost)
+        """See :meth:`reach.ports.cluster.Cluster.host`."""
+        return self._live_port(name, FakeHost)
 
     def supervisor(self, name: str) -> SupervisorPort:
         """See :meth:`reach.ports.cluster.Cluster.supervisor`."""
@@ -377,14 +377,17 @@ class FakeCluster:
         self._start(name, lambda: Supervisor(_copy(spec), self, parent, limits), node_id)
         return self._port(name, FakeSupervisor)
 
-    def start_remote_host(self, name: str, limits: CallLimits, grace_s: float,
-                          queue_limit: int) -> RemoteHostPort:
-        """The host of a gateway replica's remote agents (see actors/remote_host.py)."""
-        from actors.remote_host import RemoteHost
+    def start_process(self, name: str, cls: type[object],
+                      args: tuple[object, ...]) -> Process:
+        """See :meth:`reach.ports.cluster.Cluster.start_process`: ``cls(*args)``, on the caller's
+        node, not restarted when it dies."""
+        self._start(name, lambda: cls(*args), self.node_id())
+        return FakeProcess(self._invoke, name)
 
-        self._start(name, lambda: RemoteHost(name, self, limits, grace_s, queue_limit),
-                    self.node_id())
-        return self._port(name, FakeRemoteHost)
+    def find_process(self, name: str) -> Process:
+        """See :meth:`reach.ports.cluster.Cluster.find_process`."""
+        self.endpoint(name)  # AgentUnavailable when no live process has the name
+        return FakeProcess(self._invoke, name)
 
     def start_inbox(self, name: str) -> InboxPort:
         """See :meth:`reach.ports.cluster.Cluster.start_inbox`."""
@@ -414,17 +417,25 @@ class FakeCluster:
         proc = _current.get()
         return proc is not None and proc.incarnation > 0
 
-    def start_gateway(self, options: GatewayOptions) -> str:
-        """See :meth:`reach.ports.cluster.Cluster.start_gateway`: one replica, in this loop."""
-        from reach.gateway.server import GatewayServer
+    def http_port(self) -> int | None:
+        """See :meth:`reach.ports.cluster.Cluster.http_port`."""
+        return self._http_port
 
-        options = replace(options, port=options.port or DEFAULT_PORT)
-        self.gateways[options.name] = GatewayServer(self, options)
-        return options.base_url
+    def start_http(self, host: str, port: int, proxy_location: str) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.start_http`: nothing listens (a test calls an
+        application's ASGI object itself); the port is remembered."""
+        self._http_port = port
 
-    def stop_gateway(self, name: str) -> None:
-        """See :meth:`reach.ports.cluster.Cluster.stop_gateway`."""
-        self.gateways.pop(name, None)
+    def serve(self, name: str, service: type[HttpService], args: tuple[object, ...],
+              settings: ServiceSettings, timeout_s: float) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.serve`: one replica, ``service(*args)``, in this
+        loop, in :attr:`services` (the settings are for a platform's server: none runs here)."""
+        make: Callable[..., HttpService] = service
+        self.services[name] = make(*args)
+
+    def unserve(self, name: str) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.unserve`."""
+        self.services.pop(name, None)
 
     # -- failures a test makes -------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reach.agent import Agent
 from reach.ports.a2a_tasks import A2ACursor, A2ATaskPort, A2ATaskRow
@@ -21,7 +21,6 @@ from reach.ports.endpoint import Delivered, Endpoint
 from reach.ports.hosts import HandlerDoc, HostInfo, HostPort
 from reach.ports.inbox import InboxPort
 from reach.ports.registry import AclDoc, CallSignature, RegistryPort, RegistryStats
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import (
     CommittedReply,
     NewMessage,
@@ -42,9 +41,6 @@ from reach.records import (
     TaskResult,
 )
 from reach.specs import TaskSpec
-
-if TYPE_CHECKING:
-    from reach.remote.wire import Attached, Hello, WireRefusal
 
 #: How a call reaches a simulated process: ``invoke(name, method, args, kwargs)``.
 Invoke = Callable[[str, str, tuple[object, ...], dict[str, object]], Coroutine[Any, Any, Any]]
@@ -137,39 +133,6 @@ class FakeHost(FakeEndpoint, HostPort):
     def preload(self, classes: list[type[Agent]]) -> Awaitable[int]:
         """See :meth:`reach.ports.hosts.HostPort.preload`."""
         return self.call("preload", classes)
-
-
-class FakeRemoteHost(FakeHost, RemoteHostPort):
-    """The host of a gateway replica's remote agents (``actors/remote_host.py``)."""
-
-    def attach(self, hello: Hello, principal: str) -> Awaitable[Attached | WireRefusal]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.attach`."""
-        return self.call("attach", hello, principal)
-
-    def take(self, ready: dict[str, str]) -> Awaitable[dict[str, str | None]]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.take`."""
-        return self.call("take", ready)
-
-    def poke(self) -> Awaitable[None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.poke`."""
-        return self.call("poke")
-
-    def put(self, batches: list[tuple[str, str, list[dict[str, Any]]]],
-            ) -> Awaitable[dict[str, list[dict[str, Any]]]]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.put`."""
-        return self.call("put", batches)
-
-    def detach(self, agent_id: str, conn: str, reason: str, goodbye: bool) -> Awaitable[None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.detach`."""
-        return self.call("detach", agent_id, conn, reason, goodbye)
-
-    def refused(self, principal: str, agent_id: str, reason: str) -> Awaitable[None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.refused`."""
-        return self.call("refused", principal, agent_id, reason)
-
-    def hand_over(self, agent_id: str, to: str) -> Awaitable[list[list[Any]] | None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.hand_over`."""
-        return self.call("hand_over", agent_id, to)
 
 
 class FakeRegistry(FakePort, RegistryPort):
@@ -402,7 +365,29 @@ class FakeSupervisor(FakeEndpoint, SupervisorPort):
         return self.call("status")
 
 
+class FakeProcess:
+    """A :class:`~reach.ports.processes.Process` over a simulated process (calls start at once).
+
+    Args:
+        invoke: Runs a method of a process (the fake cluster's).
+        name: The process's name.
+    """
+
+    __slots__ = ("_invoke", "name")
+
+    def __init__(self, invoke: Invoke, name: str) -> None:
+        self._invoke = invoke
+        self.name = name
+
+    def call(self, method: str, *args: object) -> Awaitable[object]:
+        """See :meth:`reach.ports.processes.Process.call`."""
+        task = asyncio.get_running_loop().create_task(self._invoke(self.name, method, args, {}))
+        task.add_done_callback(_retrieve)
+        return task
+
+
 __all__ = [
+    "FakeProcess",
     "FakeA2ATasks",
     "FakeAudit",
     "FakeEndpoint",
@@ -410,7 +395,6 @@ __all__ = [
     "FakeInbox",
     "FakePort",
     "FakeRegistry",
-    "FakeRemoteHost",
     "FakeSessions",
     "FakeSupervisor",
 ]

@@ -18,6 +18,7 @@ from ray_helpers import free_port
 from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.channel_server import uvicorn_settings
+from reach.remote.host import start_remote_host
 from reach.remote.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     Declaration,
@@ -53,7 +54,7 @@ class Channel:
         assert guard is not None, "the integration runtime signs"
         self.master = guard.keyring.master
         self.token = token_for(guard.keyring, token_name)
-        self.host = rt.cluster.start_remote_host(host, CallLimits(), GRACE_S, 1000)
+        self.host = start_remote_host(rt.cluster, host, CallLimits(), GRACE_S, 1000)
         app = Starlette(routes=channel_routes(rt.cluster, GatewayOptions(), self.host,
                                               ChannelOptions(grace_s=GRACE_S)))
         self.port = free_port()

@@ -231,7 +231,7 @@ async def test_thirty_sockets_announcing_oversize_frames_are_refused_before_buff
 async def test_a_gateway_replica_on_serve_refuses_an_oversize_frame_from_its_header(
         rt: Any, channel: Channel) -> None:
     """The gateway as reach deploys it (Serve, its HAProxy ingress): the replica's own server
-    was built with the channel's limit (``reach._ray.bound_websocket_frames``)."""
+    was built with the channel's limit (``reach._ray.set_server_defaults``)."""
     name = "reach-gateway-isolation"
     url = await asyncio.to_thread(start_gateway, rt, name=name)
     port = urlsplit(url).port or 80
@@ -260,7 +260,7 @@ async def test_a_gateway_replica_on_serve_refuses_an_oversize_frame_from_its_hea
 
         await wait_until(audited, timeout_s=30)
     finally:
-        await asyncio.to_thread(rt.cluster.stop_gateway, name)
+        await asyncio.to_thread(rt.stop_gateway, name)
 
 
 async def _true(value: bool) -> bool:

@@ -64,5 +64,5 @@ async def test_a_nan_reply_fails_its_task_which_stays_readable_with_the_gateway_
             listed = (await call(rpc("ListTasks", includeArtifacts=True)))["result"]
             assert {task["id"], fine["id"]} <= {t["id"] for t in listed["tasks"]}
     finally:
-        rt.cluster.stop_gateway(NAME)
+        rt.stop_gateway(NAME)
         await rt.stop(AGENT)

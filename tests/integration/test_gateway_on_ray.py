@@ -100,7 +100,7 @@ async def gw(rt: Any) -> AsyncIterator[Gateway]:
         try:
             yield Gateway(url, token_for(guard.keyring, "partner"), http)
         finally:
-            rt.cluster.stop_gateway(NAME)
+            rt.stop_gateway(NAME)
             for agent in [*ids, "gw-teller"]:
                 await rt.stop(agent)
 

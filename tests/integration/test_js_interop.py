@@ -252,7 +252,7 @@ async def gateway(rt: Any, node_modules: Path) -> AsyncIterator[tuple[str, str]]
         url = await asyncio.to_thread(start_gateway, rt, name=name)
         yield url, token_for(guard.keyring, "node-client")
     finally:
-        await asyncio.to_thread(rt.cluster.stop_gateway, name)
+        await asyncio.to_thread(rt.stop_gateway, name)
         await rt.stop("jsi-orders-1")
 
 

@@ -208,7 +208,7 @@ async def test_the_node_agent_connects_through_the_gateway_on_serve_and_answers(
         assert reply.value == Sum(total=42, by="calc-js-gw")
     finally:
         await node.stop()
-        await asyncio.to_thread(rt.cluster.stop_gateway, name)
+        await asyncio.to_thread(rt.stop_gateway, name)
 
 
 async def test_a_supervised_python_agent_that_leaves_is_awaited_and_comes_back_restarted(

@@ -23,6 +23,7 @@ from reach.errors import CodecError
 from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.channel_server import REFUSAL
+from reach.remote.host import start_remote_host
 from reach.remote.wire import CONNECT_PATH, CloseCode, Declaration, make_hello
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.testing import FakeCluster, eventually, run
@@ -45,7 +46,7 @@ def on_hostile_channel(scenario: Scenario, tmp_path: Path, **settings: Any) -> N
     """The channel of one replica (signed: tokens and hellos are checked), ``settings`` its
     :class:`ChannelOptions` beyond a 4 KiB frame limit."""
     async def main(fake: FakeCluster) -> None:
-        host = fake.start_remote_host(HOST, CallLimits(), 5.0, 1000)
+        host = start_remote_host(fake, HOST, CallLimits(), 5.0, 1000)
         options = ChannelOptions(**{"max_frame_bytes": FRAME_LIMIT, "grace_s": 5.0, **settings})
         app = Starlette(routes=channel_routes(fake, GatewayOptions(auth=True), host, options))
         guard = fake.guard()

@@ -156,8 +156,8 @@ def test_a_frame_within_the_limit_and_a_peers_own_close_are_not_refusals() -> No
 def test_the_seam_gives_uvicorn_the_channels_settings_as_defaults() -> None:
     original = uvicorn.Config
     try:
-        _ray.bound_websocket_frames(LIMIT)
-        _ray.bound_websocket_frames(LIMIT)  # a second time wraps uvicorn's own, not itself
+        _ray.set_server_defaults(uvicorn_settings(LIMIT))
+        _ray.set_server_defaults(uvicorn_settings(LIMIT))  # wraps uvicorn's own, not itself
         config = uvicorn.Config(Recorder())
         assert (config.ws, config.ws_max_size) == (ChannelWebSocketProtocol, LIMIT)
         assert uvicorn.Config.__mro__[1] is original
@@ -167,7 +167,7 @@ def test_the_seam_gives_uvicorn_the_channels_settings_as_defaults() -> None:
 
 
 def test_serve_builds_its_replicas_server_from_uvicorns_config_after_the_constructor() -> None:
-    """What :func:`reach._ray.bound_websocket_frames` counts on: if this fails, Serve moved,
+    """What :func:`reach._ray.set_server_defaults` counts on: if this fails, Serve moved,
     and a replica's WebSockets are no longer bounded before they are buffered."""
     builder = inspect.getsource(http_util.start_asgi_http_server)
     assert "uvicorn.Config(" in builder

@@ -358,7 +358,7 @@ def test_a_stored_task_holding_nan_is_read_and_saved_with_it_made_null() -> None
         listed = (await rpc(client, call("ListTasks", includeArtifacts=True)))["result"]
         assert [t["id"] for t in listed["tasks"]] == ["old-task"]
 
-        server: GatewayServer = fake.gateways["reach-gateway"]
+        server: GatewayServer = fake.services["reach-gateway"]
         poisoned.id = "new-task"
         await server.store.inner.save(poisoned, _context())
         assert poisoned.artifacts[0].parts[0].data.struct_value["bad"] is None
@@ -383,7 +383,7 @@ def _context() -> Any:
 def test_a_fault_of_reach_is_minus_32603_with_an_error_id_and_the_story_in_the_log(
         caplog: pytest.LogCaptureFixture) -> None:
     async def scenario(fake: FakeCluster, client: httpx.AsyncClient) -> None:
-        server: GatewayServer = fake.gateways["reach-gateway"]
+        server: GatewayServer = fake.services["reach-gateway"]
 
         async def broken(*args: Any) -> Any:
             raise RuntimeError("disk /srv/secret/tasks.db is on fire")
@@ -407,7 +407,7 @@ def test_a_stream_that_breaks_midway_ends_with_a_minus_32603_without_internals()
     from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus
 
     async def scenario(fake: FakeCluster, client: httpx.AsyncClient) -> None:
-        server: GatewayServer = fake.gateways["reach-gateway"]
+        server: GatewayServer = fake.services["reach-gateway"]
 
         async def breaking(params: Any, context: Any) -> AsyncIterator[Any]:
             yield Task(id=params.id, context_id="c",

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 import reach
 from reach.errors import AgentUnavailable, ConfigError, Severity
+from reach.gateway.deploy import start_gateway
 from reach.gateway.server import GatewayServer
 from reach.security.guard import SecurityConfig, resolve_keyring
 from reach.testing import FakeCluster, eventually, run
@@ -86,8 +87,8 @@ def on_gateway(scenario: Scenario, *, security: SecurityConfig | None = None,
         rt = fake.runtime()
         await rt.spawn_many(Orders, ["orders-1", "orders-2"], placement=reach.Packed())
         await rt.spawn(Teller, "teller", placement=reach.Packed())
-        fake.start_gateway(GatewayOptions(**{"auth": security is not None, **options}))
-        server: GatewayServer = fake.gateways["reach-gateway"]
+        start_gateway(fake, GatewayOptions(**{"auth": security is not None, **options}))
+        server: GatewayServer = fake.services["reach-gateway"]
         headers = dict(V1)
         if token is not None:
             guard = fake.guard()
@@ -507,15 +508,15 @@ def test_the_acl_covers_calls_through_the_gateway(signed: SecurityConfig) -> Non
 def test_auth_without_a_keyring_refuses_to_start() -> None:
     async def scenario(fake: FakeCluster) -> None:
         with pytest.raises(ConfigError, match="needs a keyring"):
-            fake.start_gateway(GatewayOptions(auth=True))
+            start_gateway(fake, GatewayOptions(auth=True))
 
     run(scenario)
 
 
 def test_health_fails_once_the_replicas_inbox_is_gone() -> None:
     async def scenario(fake: FakeCluster) -> None:
-        fake.start_gateway(GatewayOptions(auth=False))
-        server: GatewayServer = fake.gateways["reach-gateway"]
+        start_gateway(fake, GatewayOptions(auth=False))
+        server: GatewayServer = fake.services["reach-gateway"]
         await server.health()
         (inbox,) = fake.names("reach.inbox.")
         fake.crash(inbox)
@@ -554,8 +555,8 @@ def test_another_replica_follows_and_cancels_a_task_through_the_shared_store() -
         await rt.spawn(Teller, "teller", placement=reach.Packed())
         servers = []
         for name in ("gw-a", "gw-b"):
-            fake.start_gateway(GatewayOptions(auth=False, name=name))
-            servers.append(fake.gateways[name])
+            start_gateway(fake, GatewayOptions(auth=False, name=name))
+            servers.append(fake.services[name])
         a, b = (httpx.AsyncClient(transport=httpx.ASGITransport(s.app), base_url="http://gw",
                                   headers=V1) for s in servers)
         async with a, b:
@@ -617,7 +618,7 @@ def test_cancel_task_cancels_a_running_stream() -> None:
 
 def test_a_quick_blocking_send_is_written_once_already_finished() -> None:
     async def scenario(fake: FakeCluster, client: httpx.AsyncClient) -> None:
-        server: GatewayServer = fake.gateways["reach-gateway"]
+        server: GatewayServer = fake.services["reach-gateway"]
         saves: list[str] = []
         inner = server.store.inner.save
 
@@ -669,8 +670,8 @@ def test_a_task_whose_replica_died_is_ended_failed_by_the_replica_that_reads_it_
         await rt.spawn(Orders, "orders-1", placement=reach.Packed())
         servers = []
         for name in ("gw-a", "gw-b"):
-            fake.start_gateway(GatewayOptions(auth=False, name=name))
-            servers.append(fake.gateways[name])
+            start_gateway(fake, GatewayOptions(auth=False, name=name))
+            servers.append(fake.services[name])
         a, b = (httpx.AsyncClient(transport=httpx.ASGITransport(s.app), base_url="http://gw",
                                   headers=V1) for s in servers)
         async with a, b:

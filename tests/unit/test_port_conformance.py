@@ -20,7 +20,6 @@ import reach.ports
 from actors.host import AgentHost
 from actors.inbox import Inbox
 from actors.registry import Registry
-from actors.remote_host import RemoteHost
 from actors.sessions import SessionStore
 from actors.supervisor import Supervisor
 from reach._ray import RayCluster
@@ -30,21 +29,25 @@ from reach._ray.ports import (
     RayEndpoint,
     RayHost,
     RayInbox,
+    RayProcess,
     RayRegistry,
-    RayRemoteHost,
     RaySessions,
     RaySupervisor,
 )
+from reach.gateway.server import GatewayServer
 from reach.ports.a2a_tasks import A2ATaskPort
 from reach.ports.audit import AuditPort
 from reach.ports.cluster import Cluster
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import HostPort
 from reach.ports.inbox import InboxPort
+from reach.ports.ingress import HttpService
+from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
-from reach.ports.remote import RemoteHostPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
+from reach.remote.host import RemoteHost
+from reach.remote.ports import RemoteHostClient, RemoteHostPort
 from reach.testing import FakeCluster
 from reach.testing.ports import (
     FakeA2ATasks,
@@ -52,24 +55,27 @@ from reach.testing.ports import (
     FakeEndpoint,
     FakeHost,
     FakeInbox,
+    FakeProcess,
     FakeRegistry,
-    FakeRemoteHost,
     FakeSessions,
     FakeSupervisor,
 )
 
-#: Each port, the actor that implements it (None: no actor, the Cluster), and its adapters.
-PORTS: list[tuple[type[Any], type[Any] | None, type[Any], type[Any]]] = [
-    (Endpoint, None, RayEndpoint, FakeEndpoint),
-    (HostPort, AgentHost, RayHost, FakeHost),
-    (RemoteHostPort, RemoteHost, RayRemoteHost, FakeRemoteHost),
-    (RegistryPort, Registry, RayRegistry, FakeRegistry),
-    (SessionsPort, SessionStore, RaySessions, FakeSessions),
-    (AuditPort, SessionStore, RayAudit, FakeAudit),
-    (A2ATaskPort, SessionStore, RayA2ATasks, FakeA2ATasks),
-    (InboxPort, Inbox, RayInbox, FakeInbox),
-    (SupervisorPort, Supervisor, RaySupervisor, FakeSupervisor),
-    (Cluster, None, RayCluster, FakeCluster),
+#: Each port and what implements it: the process (its actor, or the feature's class), the Ray
+#: adapter and the fake cluster's (one adapter for both where a feature wraps a process handle).
+PORTS: list[tuple[type[Any], list[type[Any]]]] = [
+    (Endpoint, [RayEndpoint, FakeEndpoint]),
+    (HostPort, [AgentHost, RayHost, FakeHost]),
+    (RegistryPort, [Registry, RayRegistry, FakeRegistry]),
+    (SessionsPort, [SessionStore, RaySessions, FakeSessions]),
+    (AuditPort, [SessionStore, RayAudit, FakeAudit]),
+    (A2ATaskPort, [SessionStore, RayA2ATasks, FakeA2ATasks]),
+    (InboxPort, [Inbox, RayInbox, FakeInbox]),
+    (SupervisorPort, [Supervisor, RaySupervisor, FakeSupervisor]),
+    (Cluster, [RayCluster, FakeCluster]),
+    (Process, [RayProcess, FakeProcess]),
+    (HttpService, [GatewayServer]),
+    (RemoteHostPort, [RemoteHost, RemoteHostClient]),
 ]
 
 Shape = list[tuple[str, inspect._ParameterKind, object]]
@@ -115,18 +121,17 @@ def drift(protocol: type[Any], implementation: type[Any]) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize(("protocol", "actor", "ray", "fake"), PORTS,
-                         ids=[p[0].__name__ for p in PORTS])
+@pytest.mark.parametrize(("protocol", "sides"), PORTS, ids=[p[0].__name__ for p in PORTS])
 def test_a_ports_methods_have_the_same_parameters_everywhere(
-        protocol: type[Any], actor: type[Any] | None, ray: type[Any], fake: type[Any]) -> None:
+        protocol: type[Any], sides: list[type[Any]]) -> None:
     assert port_methods(protocol)
-    sides = [ray, fake] if actor is None else [actor, ray, fake]
     assert [problem for side in sides for problem in drift(protocol, side)] == []
 
 
-def test_every_port_of_the_seam_is_checked() -> None:
+def test_every_port_is_checked() -> None:
     modules = [importlib.import_module(m.name) for m in
                pkgutil.iter_modules(reach.ports.__path__, prefix="reach.ports.")]
+    modules.append(importlib.import_module("reach.remote.ports"))
     protocols = {value for module in modules for value in vars(module).values()
                  if isinstance(value, type) and _is_protocol(value)
                  and value.__module__ == module.__name__}

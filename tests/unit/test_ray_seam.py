@@ -170,8 +170,8 @@ class Shipped:
 
 #: The private names of Ray that reach uses, all in the seam (reach/_ray/): resolving an address
 #: the way ``ray.init`` does without starting a Ray (``join``: Ray has no public resolver), and
-#: telling whether Serve runs without starting it (``start_gateway``: ``serve.status()`` would
-#: start it).
+#: telling whether Serve runs without starting it (``RayCluster.http_port``: ``serve.status()``
+#: would start it).
 RAY_PRIVATE = {("ray._private.services", "canonicalize_bootstrap_address_or_die"),
                ("ray.serve.context", "_get_global_client")}
 ROOT = Path(__file__).resolve().parents[2]

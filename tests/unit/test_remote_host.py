@@ -19,10 +19,11 @@ import reach
 from reach import clock
 from reach.errors import AgentUnavailable, RequestTimeout, Severity
 from reach.ports.hosts import CallLimits
-from reach.ports.remote import RemoteHostPort
 from reach.records import AgentStatus
 from reach.remote.channel import ChannelOptions, channel_routes
 from reach.remote.client import RemoteAgentRunner
+from reach.remote.host import start_remote_host
+from reach.remote.ports import RemoteHostPort
 from reach.remote.wire import (
     CONNECT_PATH,
     CloseCode,
@@ -84,7 +85,7 @@ class Gateway:
 
 def second_replica(fake: FakeCluster, gw: Gateway) -> Gateway:
     """Another gateway replica's channel and RemoteHost, beside ``gw``'s (its grace 5 s)."""
-    host = fake.start_remote_host(f"{HOST}-b", CallLimits(), 5.0, 1000)
+    host = start_remote_host(fake, f"{HOST}-b", CallLimits(), 5.0, 1000)
     app = Starlette(routes=channel_routes(fake, GatewayOptions(auth=False), host,
                                           ChannelOptions(max_frame_bytes=4096, grace_s=5.0)))
     return Gateway(fake, host, app, gw.master, gw.token)
@@ -100,7 +101,7 @@ Scenario = Callable[[FakeCluster, Gateway], Coroutine[Any, Any, None]]
 def on_channel(scenario: Scenario, *, signed: Path | None = None, grace_s: float = 5.0,
                queue_limit: int = 1000) -> None:
     async def main(fake: FakeCluster) -> None:
-        host = fake.start_remote_host(HOST, CallLimits(), grace_s, queue_limit)
+        host = start_remote_host(fake, HOST, CallLimits(), grace_s, queue_limit)
         options = GatewayOptions(auth=signed is not None)
         settings = ChannelOptions(max_frame_bytes=4096, grace_s=grace_s, queue_limit=queue_limit)
         app = Starlette(routes=channel_routes(fake, options, host, settings))

@@ -16,7 +16,6 @@ from remote_sockets import AsgiSocket
 from remote_unit_agents import Add, Count, Relay, Sum, Tick
 from test_remote_host import Gateway, on_channel
 
-from actors.remote_replies import check_reply, handler_doc
 from reach import clock
 from reach.errors import (
     InvalidPayload,
@@ -27,6 +26,7 @@ from reach.errors import (
     Severity,
 )
 from reach.protocol import Envelope, MsgType
+from reach.remote.replies import check_reply, handler_doc
 from reach.remote.wire import Declaration, HandlerDoc, make_hello
 from reach.testing import FakeCluster
 

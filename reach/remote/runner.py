@@ -1,4 +1,4 @@
-"""One remote agent inside its RemoteHost (:mod:`actors.remote_host`): what it declared, its
+"""One remote agent inside its RemoteHost (:mod:`reach.remote.host`): what it declared, its
 bounded queue, the requests it has taken and not answered, and its current connection."""
 
 from __future__ import annotations

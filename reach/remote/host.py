@@ -1,9 +1,10 @@
-"""The RemoteHost actor: the reach side of the agents connected through one gateway replica.
+"""The RemoteHost process: the reach side of the agents connected through one gateway replica.
 
 The replica holds the WebSockets and only bridges them (``reach/remote/channel.py``); this host
-is an :class:`~actors.host.AgentHost` whose agents live elsewhere. It registers them (signed as
-itself), heartbeats their loads, admits callers by the ACL, audits, and is watched like any host.
-What it adds:
+is an :class:`~actors.host.AgentHost` whose agents live elsewhere, a process the replica starts
+beside itself (:func:`start_remote_host`) and calls through
+:class:`~reach.remote.ports.RemoteHostPort`. It registers them (signed as itself), heartbeats
+their loads, admits callers by the ACL, audits, and is watched like any host. What it adds:
 
 - ``attach`` verifies a hello (an ID not reserved for reach, signature from the keyring, time
   window, a nonce never seen by any replica: the registry claims it, see below) and registers
@@ -15,7 +16,7 @@ What it adds:
   queue, so a caller waits for it up to its deadline, as for a restarting agent;
 - ``take`` (a long poll by the replica) hands over what is queued, as one frame's text;
 - ``put`` sends what the agent sent into reach: its replies to the requests' senders (each
-  checked against the handler its hello declared, see :mod:`actors.remote_replies`: a reply
+  checked against the handler its hello declared, see :mod:`reach.remote.replies`: a reply
   that does not match is refused to the agent and its caller gets the fatal error instead), its
   own requests and notifications to their receivers (by ID, or ``cap:<tag>`` by capability);
 - ``detach`` starts the grace period (or, after goodbye, ends the agent at once); when the period
@@ -35,11 +36,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any, cast
+from typing import Any
 
 from actors.host import AgentHost
-from actors.remote_replies import check_reply
-from actors.remote_runner import RemoteAgent, RemoteRunner
 from policies.discovery import pick_least_loaded
 from policies.sessions import PendingAction
 from reach import clock
@@ -55,9 +54,11 @@ from reach.errors import (
 )
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
-from reach.ports.remote import RemoteHostPort
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.records import AgentRecord, AgentStatus
+from reach.remote.ports import RemoteHostClient, RemoteHostPort
+from reach.remote.replies import check_reply
+from reach.remote.runner import RemoteAgent, RemoteRunner
 from reach.remote.wire import (
     CAPABILITY_PREFIX,
     HELLO_WINDOW_S,
@@ -116,7 +117,7 @@ class RemoteHost(AgentHost):
                           "the gateway", details={"setting": "placement"})
 
     async def attach(self, hello: Hello, principal: str) -> Attached | WireRefusal:
-        """See :meth:`reach.ports.remote.RemoteHostPort.attach`."""
+        """See :meth:`reach.remote.ports.RemoteHostPort.attach`."""
         refused = await self._check(hello)
         if refused is None:
             try:
@@ -176,8 +177,8 @@ class RemoteHost(AgentHost):
                 or not rec.host.startswith(REMOTE_PREFIX)):
             return None
         try:
-            handed: list[list[Any]] | None = await cast(
-                RemoteHostPort, self.link.cluster.host(rec.host)).hand_over(agent_id, self.name)
+            handed = await RemoteHostClient(self.link.cluster.find_process(rec.host)).hand_over(
+                agent_id, self.name)
         except ReachError as exc:  # that replica is gone: its record expires with its beats
             log.info("%s could not take %s over from %s: %s", self.name, agent_id, rec.host, exc)
             return None
@@ -186,7 +187,7 @@ class RemoteHost(AgentHost):
         return handed
 
     async def hand_over(self, agent_id: str, to: str) -> list[list[Any]] | None:
-        """See :meth:`reach.ports.remote.RemoteHostPort.hand_over`."""
+        """See :meth:`reach.remote.ports.RemoteHostPort.hand_over`."""
         runner = self.runners.get(agent_id)
         if runner is None or runner.conn is not None:
             return None
@@ -237,7 +238,7 @@ class RemoteHost(AgentHost):
                 "epoch": self.epochs.get(agent.id, 0)}
 
     async def refused(self, principal: str, agent_id: str, reason: str) -> None:
-        """See :meth:`reach.ports.remote.RemoteHostPort.refused`."""
+        """See :meth:`reach.remote.ports.RemoteHostPort.refused`."""
         self._refused(principal, agent_id, reason)
 
     def _refused(self, principal: str, agent_id: str, reason: str) -> None:
@@ -246,7 +247,7 @@ class RemoteHost(AgentHost):
                           msg_type="refused", outcome=f"refused: {reason}")
 
     async def detach(self, agent_id: str, conn: str, reason: str, goodbye: bool) -> None:
-        """See :meth:`reach.ports.remote.RemoteHostPort.detach`."""
+        """See :meth:`reach.remote.ports.RemoteHostPort.detach`."""
         runner = self.runners.get(agent_id)
         if runner is None or runner.conn != conn:
             return
@@ -270,7 +271,7 @@ class RemoteHost(AgentHost):
     # -- to and from the agent -----------------------------------------------------------------
 
     async def take(self, ready: dict[str, str]) -> dict[str, str | None]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.take`."""
+        """See :meth:`reach.remote.ports.RemoteHostPort.take`."""
         while True:
             out: dict[str, str | None] = {}
             for agent_id, conn in ready.items():
@@ -318,13 +319,13 @@ class RemoteHost(AgentHost):
         return safe_envelopes_frame(kept + instead)[0]
 
     async def poke(self) -> None:
-        """See :meth:`reach.ports.remote.RemoteHostPort.poke`."""
+        """See :meth:`reach.remote.ports.RemoteHostPort.poke`."""
         self._poked = True
         self._signal.set()
 
     async def put(self, batches: list[tuple[str, str, list[dict[str, Any]]]],
                   ) -> dict[str, list[dict[str, Any]]]:
-        """See :meth:`reach.ports.remote.RemoteHostPort.put`."""
+        """See :meth:`reach.remote.ports.RemoteHostPort.put`."""
         refused: dict[str, list[dict[str, Any]]] = {}
         for agent_id, conn, items in batches:
             errors = self._put(agent_id, conn, items)
@@ -439,3 +440,11 @@ class RemoteHost(AgentHost):
         info["connected"] = sorted(i for i, r in self.runners.items() if r.conn is not None)
         return info
 
+
+def start_remote_host(cluster: Cluster, name: str, limits: CallLimits, grace_s: float = GRACE_S,
+                      queue_limit: int = QUEUE_LIMIT) -> RemoteHostPort:
+    """Starts a :class:`RemoteHost` (the arguments are its own) on this process's node, for the
+    gateway replica calling: it lives and dies with the process that starts it."""
+    process = cluster.start_process(name, RemoteHost,
+                                    (name, cluster, limits, grace_s, queue_limit))
+    return RemoteHostClient(process)
