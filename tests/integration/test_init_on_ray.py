@@ -70,4 +70,5 @@ async def test_inside_an_event_loop_a_keyring_mismatch_is_raised_by_async_with(
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
         text = out.decode("utf-8", "replace")
         assert proc.returncode == status, text[-3000:]
-        assert text.strip().splitlines()[-1].startswith(last), text[-3000:]
+        # Ray's own log lines may come after what the driver printed.
+        assert any(line.startswith(last) for line in text.splitlines()), text[-3000:]

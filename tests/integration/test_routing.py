@@ -213,4 +213,5 @@ async def test_a_second_driver_process_finds_the_same_registry_and_agents(
         stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode("utf-8", "replace")[-2000:]
-    assert out.decode("utf-8").strip().splitlines()[-1] == f"{agent_id}:from afar"
+    # Ray's own log lines (a raylet's warning) may reach this driver's output after the reply.
+    assert f"{agent_id}:from afar" in out.decode("utf-8").splitlines(), out.decode("utf-8")

@@ -217,4 +217,4 @@ async def test_a_driver_whose_keyring_is_not_the_clusters_is_refused_at_init(
     ours = rt.transport.codec.guard.config.keyring
     code, out = await run_driver(cluster.address, Path(ours))
     assert code == 0, out[-3000:]
-    assert out.strip().splitlines()[-1] == "joined"
+    assert "joined" in out.splitlines()  # Ray's own log lines may follow it
