@@ -84,8 +84,9 @@ class RayPort:
     def call(self, method: str, *args: object, **kwargs: object) -> RayCall:
         """Starts the actor's ``method`` now (also one outside the port: what a benchmark
         measures, or a feature's own port over this process)."""
-        remote = self._remotes.get(method)
-        if remote is None:  # bound once: a handle's attribute makes a new method object
+        try:
+            remote = self._remotes[method]
+        except KeyError:  # bound once: a handle's attribute makes a new method object
             remote = self._remotes[method] = getattr(self.handle, method).remote
         return RayCall(remote(*args, **kwargs), self.name)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from reach._ray.calls import RayPort, ship
+from reach._ray.calls import RayCall, RayPort, ship
 from reach.agent import Agent
 from reach.ports.a2a_tasks import A2ACursor, A2ATaskPort, A2ATaskRow
 from reach.ports.audit import AuditEntry, AuditPort, AuditRecord
@@ -54,7 +54,12 @@ class RayEndpoint(RayPort, Endpoint):
 
     def deliver(self, frame: bytes, reply_to: str) -> Awaitable[Delivered]:
         """See :meth:`reach.ports.endpoint.Endpoint.deliver`."""
-        return self.call("deliver", frame, reply_to)
+        # Every frame of envelopes takes this path: :meth:`call`'s work, without its packing.
+        try:
+            remote = self._remotes["deliver"]
+        except KeyError:
+            remote = self._remotes["deliver"] = self.handle.deliver.remote
+        return RayCall(remote(frame, reply_to), self.name)
 
     def watch(self) -> Awaitable[None]:
         """See :meth:`reach.ports.endpoint.Endpoint.watch`."""

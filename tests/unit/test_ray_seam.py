@@ -87,9 +87,13 @@ def looked_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_a_port_call_starts_the_actors_method_at_once() -> None:
     handle = Handle("reach.host.x")
-    call = RayHost(handle, "reach.host.x").remove_agents(["a"], 2.0)
-    assert handle.started == [("remove_agents", (["a"], 2.0), {})]
+    host = RayHost(handle, "reach.host.x")
+    call = host.remove_agents(["a"], 2.0)
+    frame = host.deliver(b"frame", "reach.driver.d")
+    assert handle.started == [("remove_agents", (["a"], 2.0), {}),
+                              ("deliver", (b"frame", "reach.driver.d"), {})]
     assert call.ref == "ref of remove_agents"  # type: ignore[attr-defined]
+    assert frame.ref == "ref of deliver"  # type: ignore[attr-defined]
 
 
 def test_a_port_passes_keyword_only_arguments_by_keyword() -> None:
