@@ -3,7 +3,7 @@
 It implements :class:`reach.ports.cluster.Cluster`: reach's processes are Ray actors (the classes
 of ``actors/``, made remote here), a port is a typed adapter of an actor handle
 (:mod:`reach._ray.ports`), and every Ray error is translated into reach's error tree in one
-place, :func:`~reach._ray.ports.translate`. It also starts or joins
+place, :func:`~reach._ray.calls.translate`. It also starts or joins
 Ray for :func:`reach.init`, feeds ``ray.util.metrics``, and answers the questions ``reach status``
 asks of a running cluster.
 
@@ -25,19 +25,17 @@ import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from reach._ray.calls import RayCall, RayPort, translate
 from reach._ray.ports import (
     RayA2ATasks,
     RayAudit,
-    RayCall,
     RayEndpoint,
     RayHost,
     RayInbox,
-    RayPort,
     RayProcess,
     RayRegistry,
     RaySessions,
     RaySupervisor,
-    translate,
 )
 from reach._runtime.metrics import export_through
 from reach._runtime.names import (

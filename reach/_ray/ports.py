@@ -1,26 +1,21 @@
 """The ports of reach's processes on Ray: one typed adapter per port over an actor's handle.
 
-A port's method starts the actor's method of the same name at once (``handle.m.remote(...)``)
-and returns the call under way, a :class:`RayCall`: awaiting it gives the result, or the call's
-error translated into reach's error tree (:func:`translate`, the one place Ray's errors are
-read). Each adapter subclasses the Protocol it implements, so mypy checks every method against
-it; ``tests/unit/test_port_conformance.py`` checks their parameters against the actors' too.
-
-Agent classes given to a host (:meth:`RayHost.add_agents`, :meth:`RayHost.preload`) travel as
-:class:`_ShippedClass`: pickled once per sending process, rebuilt once per receiving one.
+A port's method starts the actor's method of the same name at once and returns the call under
+way (:class:`~reach._ray.calls.RayCall`: awaiting it gives the result, or the error translated
+into reach's). Each adapter subclasses the Protocol it implements, so mypy checks every method
+against it; ``tests/unit/test_port_conformance.py`` checks their parameters against the actors'
+too. Agent classes given to a host (:meth:`RayHost.add_agents`, :meth:`RayHost.preload`) travel
+shipped (:func:`~reach._ray.calls.ship`): pickled once per sending process, rebuilt once per
+receiving one.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
-import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
-
+from reach._ray.calls import RayCall, RayPort, ship
 from reach.agent import Agent
-from reach.errors import AgentUnavailable, ReachError
 from reach.ports.a2a_tasks import A2ACursor, A2ATaskPort, A2ATaskRow
 from reach.ports.audit import AuditEntry, AuditPort, AuditRecord
 from reach.ports.data import ErrorDoc, JsonObject
@@ -53,84 +48,17 @@ if TYPE_CHECKING:
     pass
 
 
-def translate(exc: BaseException, name: str) -> BaseException:
-    """What a failed call to the process ``name`` raises: the one translation of Ray's errors.
-
-    A ReachError raised remotely arrives as itself; so does the exception an agent's constructor
-    (or ``on_start``) raised in a host. A dead or unreachable process is AgentUnavailable.
-    """
-    if isinstance(exc, ReachError):
-        return exc
-    if isinstance(exc, RayTaskError):
-        cause = exc.cause
-        if isinstance(cause, BaseException) and not isinstance(cause, RayError):
-            return cause
-    if isinstance(exc, RayActorError):
-        return AgentUnavailable(
-            f"{name} is dead or unreachable: {type(exc).__name__}",
-            suggestion="retry: a supervisor may restart the agent, or another holder may answer",
-            details={"endpoint": name},
-        )
-    if isinstance(exc, GetTimeoutError):
-        return AgentUnavailable(f"{name} did not answer in time", details={"endpoint": name})
-    return AgentUnavailable(f"call to {name} failed: {type(exc).__name__}: {exc}",
-                            details={"endpoint": name})
-
-
-class RayCall:
-    """A call under way on an actor: awaiting it gives its result or its translated error.
-
-    Attributes:
-        ref: Ray's reference to the call's result.
-        name: The process called.
-    """
-
-    __slots__ = ("name", "ref")
-
-    def __init__(self, ref: Any, name: str) -> None:
-        self.ref = ref
-        self.name = name
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        try:
-            return (yield from self.ref.__await__())
-        except RayError as exc:
-            raise translate(exc, self.name) from exc
-
-
-class RayPort:
-    """One process's actor handle and name, and how a call on it starts.
-
-    Pickles as its handle and name (a handle travels between Ray processes).
-
-    Args:
-        handle: The actor's handle.
-        name: The actor's name (the endpoint name replies are sent to).
-    """
-
-    def __init__(self, handle: Any, name: str) -> None:
-        self.handle = handle
-        self.name = name
-        self._remotes: dict[str, Callable[..., Any]] = {}
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.handle, self.name))
-
-    def call(self, method: str, *args: object, **kwargs: object) -> RayCall:
-        """Starts the actor's ``method`` now (also one outside the port: what a benchmark
-        measures, or a feature's own port over this process)."""
-        remote = self._remotes.get(method)
-        if remote is None:  # bound once: a handle's attribute makes a new method object
-            remote = self._remotes[method] = getattr(self.handle, method).remote
-        return RayCall(remote(*args, **kwargs), self.name)
-
-
 class RayEndpoint(RayPort, Endpoint):
     """Any process that takes frames of envelopes (see :class:`~reach.ports.endpoint.Endpoint`)."""
 
     def deliver(self, frame: bytes, reply_to: str) -> Awaitable[Delivered]:
         """See :meth:`reach.ports.endpoint.Endpoint.deliver`."""
-        return self.call("deliver", frame, reply_to)
+        # Every frame of envelopes takes this path: :meth:`call`'s work, without its packing.
+        try:
+            remote = self._remotes["deliver"]
+        except KeyError:
+            remote = self._remotes["deliver"] = self.handle.deliver.remote
+        return RayCall(remote(frame, reply_to), self.name)
 
     def watch(self) -> Awaitable[None]:
         """See :meth:`reach.ports.endpoint.Endpoint.watch`."""
@@ -144,7 +72,7 @@ class RayHost(RayEndpoint, HostPort):
                    kwargs: dict[str, object], epochs: dict[str, int] | None = None,
                    ) -> Awaitable[list[AgentRecord]]:
         """See :meth:`reach.ports.hosts.HostPort.add_agents`."""
-        return self.call("add_agents", _ship(cls), agent_ids, args, kwargs, epochs)
+        return self.call("add_agents", ship(cls), agent_ids, args, kwargs, epochs)
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:
         """See :meth:`reach.ports.hosts.HostPort.remove_agents`."""
@@ -184,7 +112,7 @@ class RayHost(RayEndpoint, HostPort):
 
     def preload(self, classes: list[type[Agent]]) -> Awaitable[int]:
         """See :meth:`reach.ports.hosts.HostPort.preload`."""
-        return self.call("preload", [_ship(c) for c in classes])
+        return self.call("preload", [ship(c) for c in classes])
 
 
 class RayRegistry(RayPort, RegistryPort):
@@ -417,50 +345,6 @@ class RaySupervisor(RayEndpoint, SupervisorPort):
         return self.call("status")
 
 
-class _ShippedClass:
-    """An agent class as a call argument: pickled once per sending process, rebuilt once per
-    receiving process.
-
-    A class defined in a script travels by value; pickling it costs the sender about 1 ms and
-    rebuilding it a fresh receiver about 10 ms (its models' schemas), five times more on a
-    loaded machine: on a restart's path. Its pickle is kept here, keyed by its digest, and a
-    process that rebuilt a class once finds it by that key (a class is sent as it was when this
-    process first sent it).
-    """
-
-    __slots__ = ("blob", "key")
-
-    def __init__(self, key: str, blob: bytes) -> None:
-        self.key = key
-        self.blob = blob
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_received_class, (self.key, self.blob))
-
-
-_SHIPPED: dict[type, _ShippedClass] = {}
-_RECEIVED: dict[str, type] = {}
-
-
-def _ship(cls: type) -> _ShippedClass:
-    """A class as a shipped class (pickled the first time only)."""
-    shipped = _SHIPPED.get(cls)
-    if shipped is None:
-        blob: bytes = ray.cloudpickle.dumps(cls)  # type: ignore[no-untyped-call]
-        key = hashlib.sha256(blob).hexdigest()
-        shipped = _SHIPPED[cls] = _ShippedClass(key, blob)
-        _RECEIVED.setdefault(key, cls)
-    return shipped
-
-
-def _received_class(key: str, blob: bytes) -> type:
-    """The class of a shipped class's pickle, rebuilt the first time only."""
-    cls = _RECEIVED.get(key)
-    if cls is None:
-        cls = _RECEIVED[key] = cast(type, ray.cloudpickle.loads(blob))
-    return cls
-
-
 class RayProcess:
     """A :class:`~reach.ports.processes.Process` over one actor handle: ``call(m, *a)`` starts
     ``handle.m.remote(*a)`` at once and returns a :class:`~reach._ray.ports.RayCall`."""
@@ -476,18 +360,14 @@ class RayProcess:
         return RayCall(getattr(self.handle, method).remote(*args), self.name)
 
 
-
 __all__ = [
     "RayProcess",
     "RayA2ATasks",
     "RayAudit",
-    "RayCall",
     "RayEndpoint",
     "RayHost",
     "RayInbox",
-    "RayPort",
     "RayRegistry",
     "RaySessions",
     "RaySupervisor",
-    "translate",
 ]

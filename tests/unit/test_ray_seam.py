@@ -13,7 +13,8 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 import reach._ray
 from reach._ray import RayCluster
-from reach._ray.ports import _RECEIVED, RayHost, RayRegistry, RaySessions, _ship, translate
+from reach._ray.calls import _RECEIVED, ship, translate
+from reach._ray.ports import RayHost, RayRegistry, RaySessions
 from reach._runtime.names import REGISTRY_NAME, STORE_NAME
 from reach.errors import AgentUnavailable, InvalidPayload, ReachError
 from reach.security.guard import SecurityConfig
@@ -86,9 +87,13 @@ def looked_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_a_port_call_starts_the_actors_method_at_once() -> None:
     handle = Handle("reach.host.x")
-    call = RayHost(handle, "reach.host.x").remove_agents(["a"], 2.0)
-    assert handle.started == [("remove_agents", (["a"], 2.0), {})]
+    host = RayHost(handle, "reach.host.x")
+    call = host.remove_agents(["a"], 2.0)
+    frame = host.deliver(b"frame", "reach.driver.d")
+    assert handle.started == [("remove_agents", (["a"], 2.0), {}),
+                              ("deliver", (b"frame", "reach.driver.d"), {})]
     assert call.ref == "ref of remove_agents"  # type: ignore[attr-defined]
+    assert frame.ref == "ref of deliver"  # type: ignore[attr-defined]
 
 
 def test_a_port_passes_keyword_only_arguments_by_keyword() -> None:
@@ -146,13 +151,13 @@ def test_an_agent_class_given_to_a_host_travels_as_a_shipped_class() -> None:
     host.add_agents(Shipped, ["a"], (), {})  # type: ignore[arg-type]
     host.preload([Shipped])  # type: ignore[list-item]
     (_, added, _), (_, preloaded, _) = handle.started
-    assert added[0] is _ship(Shipped)
-    assert preloaded == ([_ship(Shipped)],)
+    assert added[0] is ship(Shipped)
+    assert preloaded == ([ship(Shipped)],)
 
 
 def test_a_shipped_class_is_pickled_once_and_rebuilt_once_per_process() -> None:
-    shipped = _ship(Shipped)
-    assert _ship(Shipped) is shipped  # pickled once in this process
+    shipped = ship(Shipped)
+    assert ship(Shipped) is shipped  # pickled once in this process
     assert pickle.loads(pickle.dumps(shipped)) is Shipped  # known here: not rebuilt
     _RECEIVED.pop(shipped.key)
     rebuilt = pickle.loads(pickle.dumps(shipped))  # as a fresh process would
