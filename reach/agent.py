@@ -174,7 +174,7 @@ class Agent:
     id: str = ""
     #: The host running this agent, set by that host before :meth:`on_start` (None outside a
     #: host). Private to reach: :meth:`exit` and :meth:`_reach_available` go through it.
-    _reach_host: HostHooks | None = None
+    _reach_hooks: HostHooks | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -236,16 +236,16 @@ class Agent:
         Its supervisor sees a normal exit (``normal=True``: a transient child is not restarted)
         or an abnormal one. Outside a host this does nothing.
         """
-        if self._reach_host is not None:
-            self._reach_host.agent_exit(self.id, normal, reason)
+        if self._reach_hooks is not None:
+            self._reach_hooks.agent_exit(self.id, normal, reason)
 
     def _reach_available(self, available: bool) -> None:
         """Tells the host whether calls should come to this agent (private to reach: an A2A
         proxy reports with it whether its remote agent answers). One reported unavailable is
         marked offline in the registry until it reports itself available again. Outside a host
         this does nothing."""
-        if self._reach_host is not None:
-            self._reach_host.agent_available(self.id, available)
+        if self._reach_hooks is not None:
+            self._reach_hooks.agent_available(self.id, available)
 
     async def on_recovered(self, request: Envelope, reply: Envelope | None,
                            error: ReachError | None) -> None:
