@@ -21,8 +21,9 @@ from policies.backoff import Backoff
 from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach._runtime.tasks import TaskSpec
-from reach.agent import Agent, Dedicated, Placement
+from reach.agent import Agent
 from reach.errors import ErrorInfo, error_from_info
+from reach.placement import Dedicated, Placement
 from reach.ports.cluster import Cluster
 from reach.ports.supervisors import SupervisorPort
 from reach.records import SupervisorStatus, TaskResult
@@ -36,7 +37,8 @@ class ChildSpec:
     Attributes:
         agent: The agent class.
         agent_id: Its ID (unique while it lives).
-        placement: Dedicated (default) or packed.
+        placement: Where it runs: a :class:`~reach.placement.Placement` (``Dedicated()`` by
+            default, or ``Packed(...)``).
         restart: permanent (default), transient or temporary.
         args: Positional arguments of the agent's constructor.
         kwargs: Keyword arguments of the agent's constructor.
