@@ -18,7 +18,6 @@ from typing import Any
 from reach import clock
 from reach._runtime.names import is_dedicated
 from reach._runtime.spawner import Spawner
-from reach.agent import Dedicated
 from reach.errors import AgentAlreadyExists, AgentUnavailable, ReachError
 from reach.ports.cluster import Cluster
 from reach.ports.registry import RegistryPort
@@ -80,7 +79,7 @@ class AgentChildren:
             epochs = {spec.agent_id: max(orphan.epoch, last or 0) + 1}
             records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
                                                spec.args, spec.kwargs, epochs=epochs)
-        if last is None and isinstance(spec.placement, Dedicated):
+        if last is None and spec.placement.spare_key() is not None:
             # A spare of its shape waits on its node, for its restarts (in the background).
             topping = asyncio.get_running_loop().create_task(
                 self.spawner.keep_spares(spec.placement, records[0].node, (spec.agent,)))

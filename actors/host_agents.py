@@ -114,7 +114,7 @@ class HostedAgents:
         for agent_id in agent_ids:
             agent = cls(*args, **kwargs)
             agent.id = agent_id
-            agent._reach_host = self._hooks
+            agent._reach_hooks = self._hooks
             await agent.on_start()
             fresh[agent_id] = AgentRunner(agent, self.link, Context, audit=self._audit,
                                            refused=self._audit_refusal)

@@ -24,7 +24,7 @@ from reach import clock
 from reach._runtime.directory import Directory
 from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
-from reach._runtime.names import POOL_PREFIX, supervisor_name
+from reach._runtime.names import supervisor_name
 from reach._runtime.spawner import Spawner
 from reach._runtime.tasks import TaskRunner, cancel_trace_everywhere
 from reach._runtime.trail import AuditTrail
@@ -309,12 +309,10 @@ class Supervisor:
             self.started.append(child_id)  # it counts as started, and as failed again
             self.started.sort(key=list(self.specs).index)
             return
-        placement = (RestartPlacement.SUPERVISOR if child_id in self.subs
-                     else RestartPlacement.REMOTE
-                     if isinstance(self.specs[child_id], RemoteChild)
-                     else RestartPlacement.PACKED
-                     if self.hosts.get(child_id, "").startswith(POOL_PREFIX)
-                     else RestartPlacement.DEDICATED)
+        spec = self.specs[child_id]
+        placement = (RestartPlacement.SUPERVISOR if isinstance(spec, SupervisorSpec)
+                     else RestartPlacement.REMOTE if isinstance(spec, RemoteChild)
+                     else spec.placement.restarted_as())
         self._audit({"caller": self.name, "callee": child_id, "capability": "",
                      "msg_type": "supervision", "outcome": "restarted", "trace_id": ""})
         metrics.count("reach_restarts", 1, self.name)

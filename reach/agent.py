@@ -1,4 +1,5 @@
-"""The Agent base class a user subclasses, the ``@handler`` decorator, and where agents run.
+"""The Agent base class a user subclasses, the ``@handler`` decorator, and where agents run
+(the placements, defined in :mod:`reach.placement`).
 
 Example::
 
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from policies.sessions import Limits, PendingAction
 from reach.errors import InvalidPayload, ReachError, SchemaError, SchemaIncompatible
+from reach.placement import Dedicated, Packed, Placement
 from reach.protocol import Envelope
 from reach.schemas import SchemaRef, schema, schema_registry
 
@@ -174,7 +176,7 @@ class Agent:
     id: str = ""
     #: The host running this agent, set by that host before :meth:`on_start` (None outside a
     #: host). Private to reach: :meth:`exit` and :meth:`_reach_available` go through it.
-    _reach_host: HostHooks | None = None
+    _reach_hooks: HostHooks | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -236,16 +238,16 @@ class Agent:
         Its supervisor sees a normal exit (``normal=True``: a transient child is not restarted)
         or an abnormal one. Outside a host this does nothing.
         """
-        if self._reach_host is not None:
-            self._reach_host.agent_exit(self.id, normal, reason)
+        if self._reach_hooks is not None:
+            self._reach_hooks.agent_exit(self.id, normal, reason)
 
     def _reach_available(self, available: bool) -> None:
         """Tells the host whether calls should come to this agent (private to reach: an A2A
         proxy reports with it whether its remote agent answers). One reported unavailable is
         marked offline in the registry until it reports itself available again. Outside a host
         this does nothing."""
-        if self._reach_host is not None:
-            self._reach_host.agent_available(self.id, available)
+        if self._reach_hooks is not None:
+            self._reach_hooks.agent_available(self.id, available)
 
     async def on_recovered(self, request: Envelope, reply: Envelope | None,
                            error: ReachError | None) -> None:
@@ -259,46 +261,5 @@ class Agent:
         """Called once when the agent is stopped."""
 
 
-@dataclass(frozen=True)
-class Dedicated:
-    """Placement of one agent in its own Ray actor, with its own resources.
-
-    Attributes:
-        num_cpus: CPUs reserved for the agent's actor (Ray's default when None).
-        num_gpus: GPUs reserved.
-        memory: Bytes of memory reserved.
-        resources: Custom resources, e.g. ``{"gpu_box": 1}``. These are requirements: an agent
-            that needs a resource no live node has cannot be placed, and its spawn (or its
-            supervisor's restart of it) fails with ``AgentUnavailable`` instead of waiting.
-        node_id: Hex ID of the node to run on (soft affinity: elsewhere if it is gone). Use it,
-            not a node's custom resource, to choose a node an agent may leave when it dies.
-    """
-
-    num_cpus: float | None = None
-    num_gpus: float | None = None
-    memory: int | None = None
-    resources: dict[str, float] = field(default_factory=dict)
-    node_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Packed:
-    """Placement of a light agent in a pool of shared hosts (many agents per Ray actor).
-
-    Attributes:
-        pool: Name of the pool; pools are created on first use and shared by drivers.
-        size: Number of hosts in the pool (used when the pool is created).
-        node_id: Hex ID of the node the pool's hosts run on (used when the pool is created;
-            soft affinity: a host whose node dies is restarted on another node).
-    """
-
-    pool: str = "default"
-    size: int = 2
-    node_id: str | None = None
-
-
-Placement = Dedicated | Packed
-
 __all__ = ["TEXT_SCHEMA", "Agent", "Dedicated", "HandlerSpec", "HostHooks", "Packed", "Placement",
-           "Text",
-           "handler", "reads_text"]
+           "Text", "handler", "reads_text"]

@@ -7,7 +7,8 @@ data (``reach status --json``):
 - :class:`AgentRecord` and :class:`AgentStatus`: what the registry knows of an agent;
 - :class:`AgentExit`: how an agent left its host, as its supervisor hears it;
 - :class:`TaskResult`, :class:`Attempt` and :class:`AttemptOutcome`: a supervisor-owned task's
-  outcome and history;
+  outcome and history (a result's value, once its handle has read it as the handler's model, is
+  that model: JSON-ready through its ``model_dump(mode="json")``);
 - :class:`SupervisorStatus`, :class:`ChildStatus`, :class:`RestartRecord` and
   :class:`SupervisorState`: a supervision tree as it runs;
 - :class:`DeadLetter`: a message that could not be delivered, and why;
@@ -19,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from reach.errors import ErrorInfo
 
@@ -121,30 +124,45 @@ class TaskState(StrEnum):
     CANCELLED = "cancelled"
 
 
+#: The type of a task's value: the handler's model (``Any`` when not known).
+V = TypeVar("V", default=Any)
+
+
 @dataclass(frozen=True, slots=True)
-class TaskResult:
+class TaskResult(Generic[V]):
     """A task's outcome: its state, value (partial when degraded), error and every attempt.
+
+    As a :class:`~reach.replies.Reply` does, it carries what crosses processes as plain data:
+    the supervisor sends the reply's payload and schema, and the task's handle reads them as the
+    handler's model where the result arrives (see :meth:`reach.TaskHandle.result`), so that a
+    supervisor never needs the models of the agents it sends tasks to.
 
     Attributes:
         task_id: The task's ID (also the trace ID of all its messages).
         state: Where the task is: initialized, running, completed, degraded, failed or
             cancelled.
-        value: The reply's payload (completed), or the partial result (degraded).
+        value: The reply (completed) as the handler's model: the model the task was submitted
+            with (``returns=``), else the one registered for the reply's schema, else a dict;
+            or the partial result (degraded), as the ``returns=`` model if one was given, else
+            a dict. As the supervisor sends it, before a handle reads it: the payload, a dict.
         partial: Whether ``value`` is a partial result.
         error: Why it did not complete.
         attempts: Every try, in order.
         submitted: When it was submitted (epoch seconds).
         finished: When it ended (0 while it runs).
+        schema: The schema the reply declared (empty for a partial result, which declares
+            none): what ``value`` is read by.
     """
 
     task_id: str
     state: TaskState
-    value: Mapping[str, Any] | None = None
+    value: V | None = None
     partial: bool = False
     error: ErrorInfo | None = None
     attempts: tuple[Attempt, ...] = ()
     submitted: float = 0.0
     finished: float = 0.0
+    schema: str = ""
 
 
 class SupervisorState(StrEnum):

@@ -1,19 +1,23 @@
-"""What a caller gets back: a :class:`Reply`, the handler's model with its envelope at hand.
+"""What a caller gets back: a :class:`Reply`, the handler's model with its envelope at hand, and
+a task's :class:`~reach.records.TaskResult` with its value read the same way.
 
 A reply's payload is read as the model registered for its schema (any minor version of its major
 reads any other: unknown fields are ignored, missing optional ones defaulted), or as the model the
-caller names with ``returns=``; a plain dict when no model is registered for it.
+caller names with ``returns=``; a plain dict when no model is registered for it. What crosses
+processes is the payload and its schema; the reading happens where the reply arrives.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from reach.errors import InvalidPayload, ReachError, SchemaIncompatible, UnknownSchema
 from reach.protocol import Envelope
+from reach.records import TaskResult
 from reach.schemas import SchemaRef, schema_registry
 
 V = TypeVar("V")
@@ -41,19 +45,50 @@ def read_reply(env: Envelope, returns: type[BaseModel] | None = None) -> Reply[A
         InvalidPayload: the payload does not validate as the model.
         SchemaIncompatible: ``returns`` reads another schema (name or major).
     """
+    return Reply(read_value(env.payload, env.payload_schema, returns), env)
+
+
+def read_task_result(result: TaskResult[Any],
+                     returns: type[BaseModel] | None = None) -> TaskResult[Any]:
+    """A task's result as its supervisor sent it (its value a payload), with the value read:
+    a completed task's as a reply's is (see :func:`read_reply`), a degraded task's partial
+    result as ``returns`` when given (a partial result declares no schema of its own: it is
+    read as the reply it stands for), else left a dict.
+
+    Raises:
+        InvalidPayload: the value does not validate as the model.
+        SchemaIncompatible: ``returns`` reads another schema than the reply's (name or major).
+    """
+    value = result.value
+    if not isinstance(value, Mapping):  # no value, or one read already
+        return result
+    if result.partial:
+        if returns is None:
+            return result
+        return replace(result, value=read_value(value, schema_registry.ref_of(returns), returns))
+    return replace(result, value=read_value(value, result.schema, returns))
+
+
+def read_value(payload: Mapping[str, Any], declared: str | None,
+               returns: type[BaseModel] | None = None) -> Any:
+    """A payload declared as ``declared``, read as ``returns``, else as the model registered for
+    its schema (any minor of the same major), else as a dict.
+
+    Raises:
+        InvalidPayload: the payload does not validate as the model.
+        SchemaIncompatible: ``returns`` reads another schema (name or major).
+    """
     if returns is not None:
-        declared = env.payload_schema or ""
-        reader = schema_registry.ref_of(returns)
-        return Reply(schema_registry.read(env.payload, declared, reader), env)
-    reader_ref = _reader_of(env.payload_schema)
+        return schema_registry.read(payload, declared or "", schema_registry.ref_of(returns))
+    reader_ref = _reader_of(declared)
     if reader_ref is None:
-        return Reply(dict(env.payload), env)
+        return dict(payload)
     try:
-        return Reply(schema_registry.read(env.payload, env.payload_schema or "", reader_ref), env)
+        return schema_registry.read(payload, declared or "", reader_ref)
     except (InvalidPayload, SchemaIncompatible):
         raise
     except UnknownSchema:  # pragma: no cover - a reader found above is registered
-        return Reply(dict(env.payload), env)
+        return dict(payload)
 
 
 def _reader_of(declared: str | None) -> str | None:
@@ -80,4 +115,4 @@ def _reader_of(declared: str | None) -> str | None:
 _READERS: dict[str, str | None] = {}
 
 
-__all__ = ["Reply", "read_reply"]
+__all__ = ["Reply", "read_reply", "read_task_result", "read_value"]

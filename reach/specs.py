@@ -23,7 +23,8 @@ from typing import Any
 from policies.backoff import Backoff
 from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
-from reach.agent import Agent, Dedicated, Placement
+from reach.agent import Agent
+from reach.placement import Dedicated, Placement
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class ChildSpec:
     Attributes:
         agent: The agent class.
         agent_id: Its ID (unique while it lives).
-        placement: Dedicated (default) or packed.
+        placement: Where it runs: a :class:`~reach.placement.Placement` (``Dedicated()`` by
+            default, or ``Packed(...)``).
         restart: permanent (default), transient or temporary.
         args: Positional arguments of the agent's constructor.
         kwargs: Keyword arguments of the agent's constructor.

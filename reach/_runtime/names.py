@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from reach.errors import ConfigError
+from reach.placement import OWN_HOST_PREFIX, POOL_PREFIX, is_own_host
 
 #: The Ray namespace of every reach actor.
 NAMESPACE = "reach"
@@ -15,10 +16,9 @@ DEFAULT_SESSIONS = ".reach/sessions.db"
 #: The custom resource a cluster's head node gives (see cluster.yaml): where it exists, the
 #: session store is pinned to the node that has it, so that its SQLite file stays put.
 SESSION_RESOURCE = "reach_state"
-#: Prefixes of host names: a dedicated host lives and dies with its one agent; pool hosts last.
-DEDICATED_PREFIX = "reach.host."
-POOL_PREFIX = "reach.pool."
-
+#: Prefixes of host names (see :mod:`reach.placement`): a host of its own lives and dies with its
+#: one agent (a dedicated agent's); pool hosts last.
+DEDICATED_PREFIX = OWN_HOST_PREFIX
 
 #: Prefix of a driver's reply inbox.
 INBOX_PREFIX = "reach.inbox."
@@ -83,4 +83,27 @@ def supervisor_name(name: str) -> str:
 
 def is_dedicated(host: str) -> bool:
     """Whether a host is dedicated to one agent (and so is killed when that agent stops)."""
-    return host.startswith(DEDICATED_PREFIX)
+    return is_own_host(host)
+
+
+__all__ = [
+    "DEDICATED_PREFIX",
+    "DEFAULT_SESSIONS",
+    "DRIVER_PREFIX",
+    "GATEWAY_PREFIX",
+    "INBOX_PREFIX",
+    "NAMESPACE",
+    "POOL_PREFIX",
+    "REGISTRY_NAME",
+    "REMOTE_PREFIX",
+    "RESERVED_PREFIXES",
+    "SESSION_RESOURCE",
+    "STORE_NAME",
+    "SUPERVISOR_PREFIX",
+    "check_agent_ids",
+    "is_dedicated",
+    "is_endpoint",
+    "is_reserved",
+    "reserved_prefix",
+    "supervisor_name",
+]

@@ -1,16 +1,18 @@
-"""Placing agents on hosts: a new AgentHost per dedicated agent, or a pool of shared hosts.
+"""Placing agents on hosts, as their :class:`~reach.placement.Placement` says: a new host of its
+own for each agent (a dedicated agent's), or a group of shared, named hosts (a packed pool).
 
 Used by the driver's runtime and by supervisors alike, so an agent restarted by its supervisor is
-placed exactly as it was first spawned. Pool hosts are named and shared by every driver and
-supervisor; a dedicated host lives and dies with its one agent.
+placed exactly as it was first spawned. Group hosts are named and shared by every driver and
+supervisor; a host of its own lives and dies with its one agent, and its restart takes a warm
+spare of its placement's shape when one is ready (no waiting for a new process).
 
-Packed agents move, they do not wait: when a pool host dies, the agents its supervisors restart
-go at once to the pool's live hosts (least loaded first), and the dead host is started again, empty
-and under its name, in the background (it is never restarted by the platform, whose restarts make
-a death known only after about 1.5 s). Only a pool whose hosts are all dead waits, for its
-replacements. When a node dies, its hosts are placed again on the nodes left (soft node affinity
-lets them leave it). An agent that requires resources no live node has is not left waiting for
-them: its spawn fails.
+Agents of a group move, they do not wait: when a group host dies, the agents its supervisors
+restart go at once to the group's live hosts (least loaded first), and the dead host is started
+again, empty and under its name, in the background (it is never restarted by the platform, whose
+restarts make a death known only after about 1.5 s). Only a group whose hosts are all dead waits,
+for its replacements. When a node dies, its hosts are placed again on the nodes left (soft node
+affinity lets them leave it). An agent that requires resources no live node has is not left
+waiting for them: its spawn fails.
 """
 
 from __future__ import annotations
@@ -18,24 +20,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import Awaitable, Collection, Sequence
 from typing import Any, TypeVar
 
 from policies.discovery import Candidate, pick_least_loaded
-from reach._runtime.names import DEDICATED_PREFIX, POOL_PREFIX, check_agent_ids
-from reach.agent import Agent, Dedicated, Packed, Placement
+from reach._runtime.names import check_agent_ids
+from reach.agent import Agent
 from reach.errors import AgentUnavailable
+from reach.placement import HostGroup, HostNeeds, Placement, own_host_name
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.records import AgentRecord
 
 #: How often a dedicated host still waiting to be placed checks that some live node can take it.
 PLACEMENT_CHECK_S = 1.0
-#: How many times a dead pool host is started again before its spawn gives up, and the first wait.
+#: How many times a dead group host is started again before its spawn gives up, and the first wait.
 REPLACE_TRIES = 20
 REPLACE_WAIT_S = 0.05
-#: How long a dead pool host's replacement waits when its pool has live hosts left, and a taken
+#: How long a dead group host's replacement waits when its group has live hosts left, and a taken
 #: spare's replacement: a new process costs a core for a while, not to be taken from the restart.
 REPLACE_AFTER_S = 0.5
 #: How many claimed spares that turn out dead a restart tries before it starts a new host.
@@ -57,14 +59,15 @@ class Spawner:
     def __init__(self, cluster: Cluster, limits: CallLimits) -> None:
         self.cluster = cluster
         self.limits = limits
-        self._pools: dict[str, list[HostPort]] = {}
-        # Pool host name -> its agent count as last seen (asked, plus the agents placed since).
+        # Group name -> its hosts, started on first use here.
+        self._groups: dict[str, list[HostPort]] = {}
+        # Group host name -> its agent count as last seen (asked, plus the agents placed since).
         self._counts: dict[str, int] = {}
-        # Pool name -> the agent classes placed in it from here; (host name, class) pairs of
-        # the pool hosts that have them (given or preloaded).
+        # Group name -> the agent classes placed in it from here; (host name, class) pairs of
+        # the group hosts that have them (given or preloaded).
         self._classes: dict[str, set[type[Agent]]] = {}
         self._loaded: set[tuple[str, type[Agent]]] = set()
-        # Invariant: at most one replacement of a pool host (by name) runs in this process.
+        # Invariant: at most one replacement of a group host (by name) runs in this process.
         self._replacing: dict[str, asyncio.Task[HostPort]] = {}
 
     async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
@@ -75,39 +78,44 @@ class Spawner:
         """Starts agents and registers them; returns their registry records.
 
         ``epochs``: the least epoch of each new incarnation (see ``HostPort.add_agents``).
-        ``warm``: a dedicated agent takes a warm spare host when one of its shape is offered
-        (a restart: no waiting for a new process), and a new spare is started in its place.
-        ``gone``: hosts known to be dead (the one a restarted agent died with). One packed agent
-        then goes at once to the least loaded of its pool's other hosts, by their agent counts
-        as last seen here, without asking them first; if that host turns out dead too, the pool
-        is asked and the agent placed again.
+        ``warm``: an agent of a placement with a spare key takes a warm spare host when one of
+        that key is offered (a restart: no waiting for a new process), and a new spare is
+        started in its place.
+        ``gone``: hosts known to be dead (the one a restarted agent died with). One agent of a
+        group then goes at once to the least loaded of the group's other hosts, by their agent
+        counts as last seen here, without asking them first; if that host turns out dead too,
+        the group is asked and the agent placed again.
 
         Raises:
             AgentAlreadyExists: an ID is live.
             ConfigError: an ID uses a prefix reserved for reach's own processes.
-            AgentUnavailable: a dedicated placement requires resources no live node has (also
-                when the last node that had them dies while the host waits to be placed).
+            AgentUnavailable: a placement of hosts of their own requires resources no live node
+                has (also when the last node that had them dies while the host waits to be
+                placed).
             Exception: what an agent's constructor or ``on_start`` raised.
         """
         check_agent_ids(*agent_ids)  # before a host is started for them (hosts check too)
         demand: dict[str, float] = {}
-        if isinstance(placement, Packed):
-            moved = (await self._move_in_pool(cls, agent_ids[0], placement, gone, args=args,
+        needs, group = placement.host_needs(), placement.host_group()
+        if group is not None:
+            moved = (await self._move_in_group(cls, agent_ids[0], group, needs, gone, args=args,
                                               kwargs=kwargs, epochs=epochs)
                      if gone and len(agent_ids) == 1 else None)
             if moved is not None:
                 return moved
-            placed = await self._in_pool(cls, agent_ids, placement)
+            placed = await self._in_group(cls, agent_ids, group, needs)
         else:
-            if warm and self.limits.spares > 0 and len(agent_ids) == 1:
-                taken = await self._on_spare(cls, agent_ids[0], placement, args=args,
+            spare_key = placement.spare_key()
+            if (warm and spare_key is not None and self.limits.spares > 0
+                    and len(agent_ids) == 1):
+                taken = await self._on_spare(cls, agent_ids[0], placement, spare_key, args=args,
                                              kwargs=kwargs, epochs=epochs)
                 if taken is not None:
                     return taken
-            demand = requirements(placement)
+            demand = needs.requirements()
             if not self.placeable(demand):
                 raise unplaceable(demand, agent_ids)
-            placed = [(self._dedicated(placement), [a], True) for a in agent_ids]
+            placed = [(self._own_host(needs), [a], True) for a in agent_ids]
         results = await asyncio.gather(
             *(self._placed(h.add_agents(cls, ids, tuple(args), kwargs or {},
                                         {i: epochs[i] for i in ids if i in epochs}
@@ -119,7 +127,7 @@ class Spawner:
         for (host, ids, own), res in zip(placed, results, strict=True):
             if isinstance(res, BaseException):
                 failure = failure or res
-                if own:  # a dedicated host whose agent did not start has nothing to host
+                if own:  # a host of its own whose agent did not start has nothing to host
                     self.cluster.kill(host)
             else:
                 records.extend(res)
@@ -129,28 +137,28 @@ class Spawner:
             raise failure
         return records
 
-    def _dedicated(self, p: Dedicated) -> HostPort:
+    def _own_host(self, needs: HostNeeds) -> HostPort:
+        """Starts a host of its own for one agent."""
         strict = False
-        if p.node_id is not None and p.num_cpus == 0 and not requirements(p):
+        demand = needs.requirements()
+        if needs.node_id is not None and needs.num_cpus == 0 and not demand:
             # Ray places an actor that needs no resources on any node when its affinity is
             # soft: ask for the node outright while it is alive, and for none once it is not.
-            strict = p.node_id in self.live_nodes()
-        node = p.node_id if (p.node_id is None or strict or p.num_cpus != 0
-                             or requirements(p)) else None
-        shape = HostShape(num_cpus=p.num_cpus, num_gpus=p.num_gpus, memory=p.memory,
-                          resources=dict(p.resources), node_id=node, node_strict=strict)
-        return self.cluster.start_host(f"{DEDICATED_PREFIX}{secrets.token_hex(6)}", shape,
+            strict = needs.node_id in self.live_nodes()
+        node = needs.node_id if (needs.node_id is None or strict or needs.num_cpus != 0
+                                 or demand) else None
+        return self.cluster.start_host(own_host_name(), _shape(needs, node, strict=strict),
                                        self.limits)
 
-    async def _on_spare(self, cls: type[Agent], agent_id: str, p: Dedicated, *,
+    async def _on_spare(self, cls: type[Agent], agent_id: str, p: Placement, key: str, *,
                         args: Sequence[Any], kwargs: dict[str, Any] | None,
                         epochs: dict[str, int] | None) -> list[AgentRecord] | None:
-        """Starts a dedicated agent on a warm spare of its shape (its node's, else any node's),
-        starting a new spare in its place; None when no live spare took it."""
-        key = shape_key(p)
+        """Starts an agent on a warm spare of its placement's key (its node's, else any
+        node's), starting a new spare in its place; None when no live spare took it."""
         registry = self.cluster.registry()
         for _ in range(SPARE_TRIES):
-            name = await registry.claim_spare(key, p.node_id or self.cluster.node_id())
+            name = await registry.claim_spare(key, p.host_needs().node_id
+                                              or self.cluster.node_id())
             if name is None:
                 return None
             try:
@@ -168,19 +176,21 @@ class Spawner:
             return records
         return None
 
-    def start_spares(self, p: Dedicated, nodes: Sequence[str], count: int,
+    def start_spares(self, p: Placement, nodes: Sequence[str], count: int,
                      classes: Sequence[type[Agent]] = ()) -> list[HostPort]:
-        """Starts ``count`` empty hosts of ``p``'s shape on each node (soft affinity), each
-        offering itself as a warm spare once it runs, with ``classes`` (those of the agents it
-        is likely to take) loaded ahead. Returns them at once."""
-        key = shape_key(p)
+        """Starts ``count`` empty hosts of ``p``'s needs on each node (soft affinity), each
+        offering itself as a warm spare of ``p``'s key once it runs, with ``classes`` (those of
+        the agents it is likely to take) loaded ahead. Returns them at once (none when no spare
+        applies to ``p``)."""
+        key = p.spare_key()
+        if key is None:
+            return []
+        needs = p.host_needs()
         started = []
         for node in nodes:
             for _ in range(count):
-                shape = HostShape(num_cpus=p.num_cpus, num_gpus=p.num_gpus, memory=p.memory,
-                                  resources=dict(p.resources), node_id=node)
-                host = self.cluster.start_host(f"{DEDICATED_PREFIX}{secrets.token_hex(6)}",
-                                               shape, self.limits)
+                host = self.cluster.start_host(own_host_name(), _shape(needs, node),
+                                               self.limits)
                 offered = host.offer_as_spare(key)  # the call is under way: never awaited here
                 _read_later(offered, "a spare host did not start")
                 if classes:
@@ -188,15 +198,16 @@ class Spawner:
                 started.append(host)
         return started
 
-    async def keep_spares(self, p: Dedicated, node: str,
+    async def keep_spares(self, p: Placement, node: str,
                           classes: Sequence[type[Agent]] = ()) -> None:
-        """Tops up the warm spares of ``p``'s shape on ``node`` to the deployment's count
+        """Tops up the warm spares of ``p``'s key on ``node`` to the deployment's count
         (new ones with ``classes`` loaded ahead), and looks up the ones ready there, so that a
-        restart taking one need not."""
-        if self.limits.spares <= 0:
+        restart taking one need not. Nothing when no spare applies to ``p``."""
+        key = p.spare_key()
+        if self.limits.spares <= 0 or key is None:
             return
         offered = await self.cluster.registry().spares()
-        ready = offered.get(f"{node} {shape_key(p)}", ())
+        ready = offered.get(f"{node} {key}", ())
         for name in ready:  # looked up by name now, not on a restart's path
             with contextlib.suppress(AgentUnavailable):
                 self.cluster.host(name)
@@ -204,71 +215,70 @@ class Spawner:
         if have < self.limits.spares:
             self.start_spares(p, [node], self.limits.spares - have, classes)
 
-    def _pool(self, p: Packed) -> list[HostPort]:
-        hosts = self._pools.get(p.pool)
+    def _group_hosts(self, group: HostGroup, needs: HostNeeds) -> list[HostPort]:
+        hosts = self._groups.get(group.name)
         if hosts is None:
-            shape = HostShape(node_id=p.node_id, lasting=True)
-            hosts = [self.cluster.start_host(f"{POOL_PREFIX}{p.pool}.{i}", shape, self.limits)
-                     for i in range(p.size)]
-            self._pools[p.pool] = hosts
+            shape = _shape(needs, needs.node_id, lasting=True)
+            hosts = [self.cluster.start_host(name, shape, self.limits) for name in group.hosts]
+            self._groups[group.name] = hosts
         return hosts
 
-    def _ready_everywhere(self, p: Packed, cls: type[Agent], placed_on: str) -> None:
-        """Has every host of the pool keep ``cls`` loaded (in the background): an agent moved
+    def _ready_everywhere(self, group: HostGroup, cls: type[Agent], placed_on: str) -> None:
+        """Has every host of the group keep ``cls`` loaded (in the background): an agent moved
         to another host on a restart then does not wait for its class to be received there the
         first time (for a class defined in a script, about 10 ms of rebuilding it and its
         schemas in a fresh process)."""
-        self._classes.setdefault(p.pool, set()).add(cls)
+        self._classes.setdefault(group.name, set()).add(cls)
         self._loaded.add((placed_on, cls))
-        for host in self._pools.get(p.pool, []):
+        for host in self._groups.get(group.name, []):
             self._preload(host, [cls])
 
     def _preload(self, host: HostPort, classes: Collection[type[Agent]]) -> None:
-        """Has a pool host load the ``classes`` it does not hold yet (in the background)."""
+        """Has a group host load the ``classes`` it does not hold yet (in the background)."""
         new = [c for c in classes if (host.name, c) not in self._loaded]
         if new:
             self._loaded.update((host.name, c) for c in new)
             _read_later(host.preload(new), f"preloading {host.name} failed")
 
-    async def _in_pool(self, cls: type[Agent], agent_ids: Sequence[str], p: Packed,
-                       ) -> list[tuple[HostPort, list[str], bool]]:
-        """Which of the pool's live hosts takes which agents (least loaded first)."""
-        hosts, counts = await self._live_pool(p)
+    async def _in_group(self, cls: type[Agent], agent_ids: Sequence[str], group: HostGroup,
+                       needs: HostNeeds) -> list[tuple[HostPort, list[str], bool]]:
+        """Which of the group's live hosts takes which agents (least loaded first)."""
+        hosts, counts = await self._live_group(group, needs)
         groups: dict[int, list[str]] = {}
         for agent_id in agent_ids:
             i = least_loaded(counts)
             counts[i] += 1
             groups.setdefault(i, []).append(agent_id)
         for i in groups:
-            self._ready_everywhere(p, cls, hosts[i].name)
+            self._ready_everywhere(group, cls, hosts[i].name)
         return [(hosts[i], ids, False) for i, ids in groups.items()]
 
-    async def _move_in_pool(self, cls: type[Agent], agent_id: str, p: Packed,
-                            gone: Collection[str], *, args: Sequence[Any],
+    async def _move_in_group(self, cls: type[Agent], agent_id: str, group: HostGroup,
+                            needs: HostNeeds, gone: Collection[str], *, args: Sequence[Any],
                             kwargs: dict[str, Any] | None, epochs: dict[str, int] | None,
                             ) -> list[AgentRecord] | None:
-        """Starts a packed agent whose host died on the least loaded of the pool's other hosts,
-        as last seen here, without asking them; None when they were never seen, or the one
-        chosen is dead too."""
-        known = self._known_pool(p, gone)
+        """Starts an agent whose group host died on the least loaded of the group's other
+        hosts, as last seen here, without asking them; None when they were never seen, or the
+        one chosen is dead too."""
+        known = self._known_group(group, needs, gone)
         if known is None:
             return None
         host = known[0][least_loaded(known[1])]
         try:
             records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs)
         except AgentUnavailable:
-            log.info("pool host %s is dead too: asking the pool", host.name)
+            log.info("group host %s is dead too: asking the group", host.name)
             return None
         self._counts[host.name] = self._counts.get(host.name, 0) + 1
-        self._ready_everywhere(p, cls, host.name)
+        self._ready_everywhere(group, cls, host.name)
         return records
 
-    def _known_pool(self, p: Packed, gone: Collection[str],
+    def _known_group(self, group: HostGroup, needs: HostNeeds, gone: Collection[str],
                     ) -> tuple[list[HostPort], list[int]] | None:
-        """The pool's hosts other than ``gone`` and their agent counts as last seen here, the
+        """The group's hosts other than ``gone`` and their agent counts as last seen here, the
         ``gone`` ones being started again in the background; None if a count was never seen
         (or no other host is left)."""
-        hosts = self._pools.get(p.pool)
+        hosts = self._groups.get(group.name)
         if hosts is None:
             return None
         others = [h for h in hosts if h.name not in gone]
@@ -277,13 +287,14 @@ class Spawner:
         for i, h in enumerate(hosts):
             if h.name in gone:
                 self._counts.pop(h.name, None)
-                self._replace(p, i, REPLACE_AFTER_S)
+                self._replace(group, needs, i, REPLACE_AFTER_S)
         return others, [self._counts[h.name] for h in others]
 
-    async def _live_pool(self, p: Packed) -> tuple[list[HostPort], list[int]]:
-        """The pool's live hosts and their agent counts; dead ones are started again in the
+    async def _live_group(self, group: HostGroup, needs: HostNeeds,
+                         ) -> tuple[list[HostPort], list[int]]:
+        """The group's live hosts and their agent counts; dead ones are started again in the
         background, and waited for only when none is alive."""
-        hosts = self._pool(p)
+        hosts = self._group_hosts(group, needs)
         counts = await asyncio.gather(*(h.count() for h in hosts), return_exceptions=True)
         live = [(h, c) for h, c in zip(hosts, counts, strict=True) if isinstance(c, int)]
         for h, c in zip(hosts, counts, strict=True):
@@ -294,32 +305,36 @@ class Spawner:
         dead = [i for i, c in enumerate(counts) if not isinstance(c, int)]
         # A new process costs a core for a while: with live hosts left, it starts only once the
         # agents have moved and answered, not in their way.
-        replacing = [self._replace(p, i, 0.0 if not live else REPLACE_AFTER_S) for i in dead]
+        replacing = [self._replace(group, needs, i, 0.0 if not live else REPLACE_AFTER_S)
+                     for i in dead]
         if not live:
-            # Every host of the pool is dead: wait for the replacements.
+            # Every host of the group is dead: wait for the replacements.
             fresh = await asyncio.gather(*replacing)
             live = [(h, 0) for h in fresh]
         return [h for h, _ in live], [c for _, c in live]
 
-    def _replace(self, p: Packed, i: int, after_s: float) -> asyncio.Task[HostPort]:
-        """Starts pool host ``i`` again after ``after_s`` (once per process, whoever asks)."""
-        name = f"{POOL_PREFIX}{p.pool}.{i}"
+    def _replace(self, group: HostGroup, needs: HostNeeds, i: int,
+                 after_s: float) -> asyncio.Task[HostPort]:
+        """Starts group host ``i`` again after ``after_s`` (once per process, whoever asks)."""
+        name = group.hosts[i]
         running = self._replacing.get(name)
         if running is None or running.done():
             running = self._replacing[name] = asyncio.get_running_loop().create_task(
-                self._start_again(p, i, name, after_s))
+                self._start_again(group, needs, i, after_s))
             running.add_done_callback(_read_outcome)
         return running
 
-    async def _start_again(self, p: Packed, i: int, name: str, after_s: float) -> HostPort:
-        """Starts a dead pool host again under its name; returns it once it answers.
+    async def _start_again(self, group: HostGroup, needs: HostNeeds, i: int,
+                           after_s: float) -> HostPort:
+        """Starts a dead group host again under its name; returns it once it answers.
 
         Raises:
             AgentUnavailable: it did not come up (no live node could take it).
         """
         if after_s > 0:
             await asyncio.sleep(after_s)
-        shape = HostShape(node_id=p.node_id, lasting=True)
+        name = group.hosts[i]
+        shape = _shape(needs, needs.node_id, lasting=True)
         failure: Exception | None = None
         for attempt in range(REPLACE_TRIES):
             self.cluster.forget(name)
@@ -330,14 +345,14 @@ class Spawner:
                 failure = exc
                 await asyncio.sleep(REPLACE_WAIT_S * (attempt + 1))
                 continue
-            # A new process: it holds none of the pool's classes until given them.
+            # A new process: it holds none of the group's classes until given them.
             self._loaded = {(h, c) for h, c in self._loaded if h != name}
-            self._preload(host, self._classes.get(p.pool, ()))
-            hosts = self._pools.get(p.pool)
+            self._preload(host, self._classes.get(group.name, ()))
+            hosts = self._groups.get(group.name)
             if hosts is not None and i < len(hosts):
                 hosts[i] = host
             return host
-        raise AgentUnavailable(f"pool host {name} could not be started again: {failure}",
+        raise AgentUnavailable(f"group host {name} could not be started again: {failure}",
                                details={"endpoint": name})
 
     async def _placed(self, call: Awaitable[T], agent_ids: list[str],
@@ -387,11 +402,18 @@ def _read_later(call: Awaitable[Any], failing: str) -> None:
     asyncio.ensure_future(call).add_done_callback(done)
 
 
-def shape_key(p: Dedicated) -> str:
-    """The resource shape of a dedicated placement, as spares are offered and claimed by it
-    (its node is a preference, not part of its shape)."""
-    res = ",".join(f"{k}={v:g}" for k, v in sorted(p.resources.items()))
-    return f"cpus={p.num_cpus} gpus={p.num_gpus} memory={p.memory} resources={res}"
+def _shape(needs: HostNeeds, node: str | None, *, strict: bool = False,
+           lasting: bool = False) -> HostShape:
+    """The cluster's shape of a host of ``needs`` on ``node``."""
+    return HostShape(num_cpus=needs.num_cpus, num_gpus=needs.num_gpus, memory=needs.memory,
+                     resources=dict(needs.resources), node_id=node, node_strict=strict,
+                     lasting=lasting)
+
+
+def shape_key(p: Placement) -> str:
+    """The resource shape of a placement's hosts, as spares are offered and claimed by it (its
+    node is a preference, not part of its shape)."""
+    return p.host_needs().shape_key()
 
 
 def least_loaded(counts: Sequence[int]) -> int:
@@ -399,15 +421,6 @@ def least_loaded(counts: Sequence[int]) -> int:
     cands = [Candidate(f"{i:06d}", (), "", True, count) for i, count in enumerate(counts)]
     (best,) = pick_least_loaded(cands, 1)
     return int(best.agent_id)
-
-
-def requirements(p: Dedicated) -> dict[str, float]:
-    """The resources a dedicated placement requires of its node, by resource name."""
-    demand = {name: float(amount) for name, amount in p.resources.items()}
-    for name, amount in (("CPU", p.num_cpus), ("GPU", p.num_gpus), ("memory", p.memory)):
-        if amount is not None:
-            demand[name] = float(amount)
-    return {name: amount for name, amount in demand.items() if amount > 0}
 
 
 def unplaceable(demand: dict[str, float], agent_ids: Sequence[str]) -> AgentUnavailable:

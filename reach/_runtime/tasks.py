@@ -54,6 +54,8 @@ class TaskRecord:
     spec: TaskSpec
     state: TaskState = TaskState.INITIALIZED
     value: dict[str, Any] | None = None
+    # The schema the reply's payload declared (its value is read by it where the result goes).
+    schema: str = ""
     partial: bool = False
     error: ErrorInfo | None = None
     # Invariant: every attempt but the last has ended; the last is running while ``assigned``.
@@ -78,11 +80,11 @@ class TaskRecord:
             reason=reason, decision=decision, why=why)
         return ended
 
-    def result(self) -> TaskResult:
-        """The task's outcome, typed (it crosses process boundaries)."""
+    def result(self) -> TaskResult[dict[str, Any]]:
+        """The task's outcome as it crosses process boundaries: typed, its value the reply's
+        payload (the handle that receives it reads it as the handler's model)."""
         return TaskResult(self.task_id, self.state, self.value, self.partial, self.error,
-                          tuple(self.attempts), self.submitted,
-                          self.finished)
+                          tuple(self.attempts), self.submitted, self.finished, self.schema)
 
 
 async def cancel_trace_everywhere(cluster: Cluster, trace_id: str, reason: str) -> None:
@@ -155,7 +157,7 @@ class TaskRunner:
                                details={"task_id": task_id})
         return task
 
-    async def wait(self, task_id: str) -> TaskResult:
+    async def wait(self, task_id: str) -> TaskResult[dict[str, Any]]:
         """Waits for a task to end; returns its result.
 
         Raises:
@@ -167,7 +169,7 @@ class TaskRunner:
             await asyncio.wait([runner])  # its end, however it ended (cancelled included)
         return self.tasks[task_id].result()
 
-    async def cancel(self, task_id: str) -> TaskResult:
+    async def cancel(self, task_id: str) -> TaskResult[dict[str, Any]]:
         """Cancels a task and every handler still running under it; returns its result.
 
         Raises:
@@ -242,7 +244,7 @@ class TaskRunner:
         finally:
             task.assigned = None
         task.end_attempt(AttemptOutcome.OK)
-        task.value = dict(reply.payload)
+        task.value, task.schema = dict(reply.payload), reply.payload_schema or ""
         task.move(TaskState.COMPLETED)
         return None
 

@@ -83,7 +83,7 @@ async def test_failover_completes_on_the_healthy_holder(rt: Any) -> None:
     result = await (await sup.submit("task.mixed", Text(text="hello"),
                                      by_capability=True)).result()
     assert result.state is TaskState.COMPLETED
-    assert result.value == {"text": "t-m-b-healthy:hello"}
+    assert result.value == Text(text="t-m-b-healthy:hello")
     assert [(a.agent_id, a.outcome) for a in result.attempts] == [
         ("t-m-a-broken", "error"), ("t-m-b-healthy", "ok")]
     assert result.attempts[0].code == "agent_unavailable"
@@ -206,9 +206,10 @@ async def test_an_agent_submits_a_task_to_a_supervisor_and_awaits_it(rt: Any) ->
         @reach.handler(Text, returns=Text)
         async def delegate(self, ctx: reach.Context, m: Text) -> Text:
             sup = ctx.supervisor("t-delegate")
-            result = await (await sup.submit("t-delegate-worker", Text(text=m.text))).result()
+            task = await sup.submit("t-delegate-worker", Text(text=m.text), returns=Text)
+            result = await task.result()
             assert result.value is not None
-            return Text(text=f"{result.state}:{result.value['text']}")
+            return Text(text=f"{result.state}:{result.value.text}")
 
     sup = await rt.supervise(SupervisorSpec("t-delegate", backoff=FAST, children=[
         ChildSpec(Worker, "t-delegate-worker", placement=reach.Packed(pool="tasks")),

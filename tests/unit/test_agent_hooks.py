@@ -19,7 +19,7 @@ class Leaver(reach.Agent):
         self.hosted_at_start = False
 
     async def on_start(self) -> None:
-        self.hosted_at_start = self._reach_host is not None
+        self.hosted_at_start = self._reach_hooks is not None
 
     @reach.handler(reach.Text, returns=reach.Text)
     async def act(self, ctx: reach.Context, m: reach.Text) -> reach.Text:
@@ -34,7 +34,7 @@ class Leaver(reach.Agent):
 
 def test_outside_a_host_exit_and_availability_do_nothing() -> None:
     agent = Leaver()
-    assert agent._reach_host is None
+    assert agent._reach_hooks is None
     agent.exit(normal=False, reason="no host")
     agent._reach_available(False)
 

@@ -96,7 +96,7 @@ def test_a_slow_holders_late_result_is_discarded_after_its_task_failed_over(
         result = await task.result()
         assert result.state is TaskState.COMPLETED
         assert [a.agent_id for a in result.attempts] == ["a", "b"]
-        assert result.value == {"text": "x", "by": "b"}
+        assert result.value == Done(text="x", by="b")
 
         await eventually(lambda: _true(slow.finished == [task.task_id]))  # a did finish...
         recorded = await rt.cluster.sessions().reply_for(task.task_id)
@@ -133,7 +133,7 @@ def test_a_task_ends_with_the_committed_reply_when_the_fenced_holder_finishes_fi
         assert result.state is TaskState.COMPLETED
         recorded = await rt.cluster.sessions().reply_for(task.task_id)
         assert recorded is not None
-        assert result.value == recorded["payload"]
+        assert result.value == Done.model_validate(recorded["payload"])
         assert len(await discards(rt, "a")) == 1
 
     run(scenario, security=signed(tmp_path))
