@@ -184,14 +184,14 @@ class Runtime(Driver):
         """
         # The gateway loads on first use: it brings the A2A SDK and Starlette (about 0.4 s and
         # 35 MB), which every process importing reach (each host) would pay otherwise.
-        from reach.gateway import deploy
+        from reach.gateway import deploy  # noqa: PLC0415 - the gateway loads where it is started
 
         opts = replace(options, **settings) if options else GatewayOptions(**settings)
         return deploy.start_gateway(self.cluster, opts)
 
     def stop_gateway(self, name: str = GATEWAY_APP) -> None:
         """Stops the gateway (agents keep running)."""
-        from reach.gateway import deploy  # on first use, as in start_gateway
+        from reach.gateway import deploy  # on first use, as in start_gateway  # noqa: PLC0415 - the gateway loads where it is started
 
         deploy.stop_gateway(self.cluster, name)
 
@@ -201,7 +201,7 @@ class Runtime(Driver):
         See :func:`reach.a2a.client.proxy.connect` for the settings."""
         # Loaded on first use: the A2A client brings the A2A SDK and httpx (about 20 MB and
         # 0.2 s a process), and every reach process (each host of agents) imports reach.
-        from reach.a2a.client.proxy import connect
+        from reach.a2a.client.proxy import connect  # noqa: PLC0415 - the A2A SDK loads where it is used
 
         return await connect(self, url_or_card, **settings)
 
@@ -236,7 +236,7 @@ def init(address: str | None = None, config: RuntimeConfig | None = None,
     """
     # Ray loads where a process joins it: the remote agents' client imports reach and runs outside
     # any cluster, without Ray (about 65 MB and 0.35 s a process).
-    from reach import _ray
+    from reach import _ray  # noqa: PLC0415 - Ray loads where a process joins it
 
     ours = {k: v for k, v in settings.items() if k in _FIELDS}
     ray_kwargs = {k: v for k, v in settings.items() if k not in _FIELDS}

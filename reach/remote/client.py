@@ -23,6 +23,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
 from reach.agent import Agent
 from reach.errors import ConnectionEnded
 from reach.remote.agent_runner import Connection, RemoteAgentRunner, declaration_of
@@ -39,16 +42,12 @@ class _Socket:
         self._ws = ws
 
     async def send(self, text: str) -> None:
-        from websockets.exceptions import ConnectionClosed
-
         try:
             await self._ws.send(text)
         except ConnectionClosed as exc:
             raise _ended(exc) from None
 
     async def recv(self) -> str:
-        from websockets.exceptions import ConnectionClosed
-
         try:
             data = await self._ws.recv()
         except ConnectionClosed as exc:
@@ -95,9 +94,6 @@ async def serve_agent(gateway: str, cls: type[Agent], agent_id: str, *, token: s
     Raises:
         AuthError: the gateway refused the token or the hello's signature.
     """
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import InvalidHandshake
-
     agent = cls(*args, **(kwargs or {}))
     runner = RemoteAgentRunner(agent, agent_id, secret)
     await agent.on_start()

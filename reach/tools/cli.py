@@ -15,14 +15,24 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
+from reach import runtime
 from reach._runtime.names import DEFAULT_SESSIONS
+from reach._version import __version__
 from reach.bench import BENCHMARKS
 from reach.bench.results import DEFAULT_OUT, folder
+from reach.errors import AuthError, ConfigError, ReachError, StorageError
+from reach.remote.cli import main_connect, main_secret
+from reach.runtime import Runtime
+from reach.security.guard import resolve_keyring
+from reach.security.keys import Keyring
+from reach.tools import audit, customer_service, demo
+from reach.web.auth import token_for
 
-if TYPE_CHECKING:
-    from reach.runtime import Runtime
+# Ray loads only in the commands that join a cluster (``_ray``, ``status``): ``reach connect``,
+# ``token`` and ``agent-secret`` run where there is no Ray; matplotlib (``benchchart``) is an
+# extra. Those imports are made where a command needs them.
 
 #: A benchmark silent for this long gets a line saying it is still running.
 QUIET_S = 15.0
@@ -31,13 +41,12 @@ BENCH_PACKAGE = "reach.bench"
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from reach.tools import demo
 
     print("== envelopes: built, validated, encoded, decoded, refused ==")
     demo.run()
     if args.protocol_only:
         return 0
-    from reach import _ray, runtime
+    from reach import _ray  # noqa: PLC0415 - Ray loads where a command joins it
 
     print("\n== customer service on Ray: a router hands questions to agents by capability ==")
     rt = runtime.init(address=args.address, log_to_driver=False)
@@ -51,7 +60,6 @@ def _demo(args: argparse.Namespace) -> int:
 async def _customer_service(rt: Runtime) -> None:
     """Runs the customer service demo, then closes the runtime in the same event loop (so
     that what it sent leaves and its reply poller ends)."""
-    from reach.tools import customer_service
 
     try:
         await customer_service.run(rt)
@@ -60,9 +68,8 @@ async def _customer_service(rt: Runtime) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from reach import _ray
-    from reach.errors import ReachError
-    from reach.tools import status
+    from reach import _ray  # noqa: PLC0415 - Ray loads where a command joins it
+    from reach.tools import status  # noqa: PLC0415 - Ray loads where a command joins it
 
     try:
         address = status.connect(args.address)
@@ -122,7 +129,7 @@ def _chart(results: Path, quick: bool, *, required: bool) -> int:
     """Draws the chart of the results in ``results``; 0, or 2 when it cannot (matplotlib is
     missing) and the chart was all that was asked for."""
     try:
-        from reach.tools import benchchart  # matplotlib is an extra: only the chart needs it
+        from reach.tools import benchchart  # matplotlib is an extra: only the chart needs it  # noqa: PLC0415 - matplotlib is an extra
     except ImportError as exc:
         print(f"reach bench: chart skipped: it needs matplotlib ({exc}); "
               "pip install 'reach[bench]'", file=sys.stderr)
@@ -173,8 +180,6 @@ def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from reach.errors import StorageError
-    from reach.tools import audit
 
     try:
         if args.action == "verify":
@@ -194,9 +199,6 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _keyring(args: argparse.Namespace) -> int:
-    from reach.errors import AuthError
-    from reach.security.guard import resolve_keyring
-    from reach.security.keys import Keyring
 
     try:
         path = resolve_keyring(args.path, create=True)
@@ -212,9 +214,7 @@ def _keyring(args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from reach import _ray, runtime
-    from reach.errors import ReachError
-    from reach.tools import customer_service
+    from reach import _ray  # noqa: PLC0415 - Ray loads where a command joins it
 
     try:
         rt = runtime.init(address=args.address, log_to_driver=False)
@@ -248,10 +248,6 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from reach.errors import AuthError, ConfigError
-    from reach.security.guard import resolve_keyring
-    from reach.security.keys import Keyring
-    from reach.web.auth import token_for
 
     try:
         ring = Keyring.load(resolve_keyring(args.keyring, create=args.keyring is None))
@@ -266,7 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``reach`` console command; returns the exit status."""
     given = sys.argv[1:] if argv is None else argv
     if given[:1] in (["connect"], ["agent-secret"]):  # they parse their own options (no Ray)
-        from reach.remote.cli import main_connect, main_secret
 
         return (main_connect if given[0] == "connect" else main_secret)(given[1:])
     parser = argparse.ArgumentParser(prog="reach", description="reach: multi-agent runtime on Ray")
@@ -338,7 +333,6 @@ def main(argv: list[str] | None = None) -> int:
                 "keyring": _keyring, "gateway": _gateway, "token": _token}
     if args.command in commands:
         return commands[args.command](args)
-    from reach._version import __version__
 
     print(__version__)
     return 0

@@ -13,11 +13,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from reach import _ray
+from reach._ray import RayCluster
 from reach._runtime.names import SUPERVISOR_PREFIX, supervisor_name
 from reach.errors import AgentUnavailable, ConfigError, ReachError
+from reach.ports.cluster import NodeInfo
+from reach.ports.hosts import HostPort
+from reach.ports.registry import RegistryPort
+from reach.ports.supervisors import SupervisorPort
 from reach.records import SupervisorState, SupervisorStatus
+from reach.security.guard import SecurityConfig
 from reach.tools.status_format import (
     format_agents,
     format_dead_letters,
@@ -38,13 +45,6 @@ from reach.tools.status_rows import (
     task_totals,
     walk,
 )
-
-if TYPE_CHECKING:
-    from reach._ray import RayCluster
-    from reach.ports.cluster import NodeInfo
-    from reach.ports.hosts import HostPort
-    from reach.ports.registry import RegistryPort
-    from reach.ports.supervisors import SupervisorPort
 
 T = TypeVar("T")
 
@@ -90,8 +90,6 @@ def connect(address: str | None = None, probe_s: float = PROBE_S) -> str:
     Raises:
         ConfigError: no running cluster was found, or nothing answers at its address.
     """
-    from reach import _ray
-
     try:
         return _ray.join(address, probe_s)
     except AgentUnavailable as exc:  # for a command, a cluster not there is a wrong setting
@@ -109,9 +107,6 @@ def find_cluster() -> RayCluster:
     Raises:
         ConfigError: reach has never run on this cluster (it has no registry).
     """
-    from reach import _ray
-    from reach.security.guard import SecurityConfig
-
     cluster = _ray.RayCluster(SecurityConfig(sign=False))
     try:
         cluster.registry()

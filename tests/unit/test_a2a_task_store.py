@@ -30,7 +30,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import ListTasksCursor, encode_list_tasks_cursor, encode_page_token
 
-import reach.testing
+import reach.testing.cluster
 from actors.session_storage import SqliteStorage, WriteBatch
 from reach import clock
 from reach._runtime.inline_sqlite import _InlineConnection
@@ -446,7 +446,7 @@ def durable_fake_store(monkeypatch: pytest.MonkeyPatch) -> None:
     async def connect(path: Path, isolation_level: None = None) -> _InlineConnection:
         return _InlineConnection(sqlite3.connect(path, isolation_level=isolation_level))
 
-    monkeypatch.setattr(reach.testing, "inline_connect", connect)
+    monkeypatch.setattr(reach.testing.cluster, "inline_connect", connect)
 
 
 @pytest.mark.usefixtures("durable_fake_store")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-import reach._ray
+import reach._ray.cluster
 from reach._ray import RayCluster
 from reach._ray.calls import _RECEIVED, ship, translate
 from reach._ray.ports import RayHost, RayRegistry, RaySessions
@@ -81,7 +81,7 @@ def looked_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         names.append(name)
         return Handle(name)
 
-    monkeypatch.setattr(reach._ray.ray, "get_actor", get_actor)
+    monkeypatch.setattr(reach._ray.cluster.ray, "get_actor", get_actor)
     return names
 
 

@@ -1,0 +1,424 @@
+"""The fake cluster: reach's processes as objects in one event loop, with Ray's failure semantics
+(see :mod:`reach.testing`)."""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import pickle
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from actors.host import AgentHost
+from actors.inbox import Inbox
+from actors.registry import Registry
+from actors.session_storage import SqliteStorage
+from actors.sessions import SessionStore
+from actors.supervisor import Supervisor
+from reach._runtime.inline_sqlite import inline_connect
+from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
+from reach.driver import Driver
+from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
+from reach.ports.a2a_tasks import A2ATaskPort
+from reach.ports.audit import AuditPort
+from reach.ports.cluster import NodeInfo
+from reach.ports.endpoint import Endpoint
+from reach.ports.hosts import CallLimits, HostPort, HostShape
+from reach.ports.inbox import InboxPort
+from reach.ports.ingress import HttpService, ServiceSettings
+from reach.ports.processes import Process
+from reach.ports.registry import RegistryPort
+from reach.ports.sessions import SessionsPort
+from reach.ports.supervisors import SupervisorPort
+from reach.security.guard import Guard, SecurityConfig, guard_for
+from reach.specs import SupervisorSpec
+from reach.testing.ports import (
+    FakeA2ATasks,
+    FakeAudit,
+    FakeEndpoint,
+    FakeHost,
+    FakeInbox,
+    FakePort,
+    FakeProcess,
+    FakeRegistry,
+    FakeSessions,
+    FakeSupervisor,
+)
+
+T = TypeVar("T")
+F = TypeVar("F", bound=FakePort)
+
+
+_current: contextvars.ContextVar[_Proc | None] = contextvars.ContextVar("reach_fake_proc",
+                                                                        default=None)
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Proc:
+    """One simulated process: its object, node, the tasks running in it, and its life."""
+
+    name: str
+    make: Callable[[], Any]
+    node: str
+    restarts: bool = False
+    obj: Any = None
+    dead: bool = False
+    incarnation: int = 0
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    back: asyncio.Event | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+
+    def context(self) -> contextvars.Context:
+        ctx = contextvars.copy_context()
+        ctx.run(_current.set, self)
+        return ctx
+
+
+def _copy(value: T) -> T:
+    """What crosses a process boundary: a copy, as pickling makes it."""
+    copied: T = pickle.loads(pickle.dumps(value))
+    return copied
+
+
+class FakeCluster:
+    """An in-process :class:`reach.ports.cluster.Cluster` (see the module's docstring).
+
+    Args:
+        security: The deployment's settings (default: signing off).
+        nodes: The nodes' IDs; the first is the driver's.
+        heartbeat_interval_s: The registry's heartbeat interval.
+        heartbeat_misses: Beats a host may miss before its agents are offline.
+        folder: Where the session store's (in-memory) database is named, and keyrings are kept.
+        restart_delay_s: How long the registry or the store takes to come back after it died.
+
+    Attributes:
+        calls: How many calls each ``(process name, method)`` received.
+    """
+
+    def __init__(self, security: SecurityConfig | None = None, *,
+                 nodes: Sequence[str] = ("node-a", "node-b"), heartbeat_interval_s: float = 1.0,
+                 heartbeat_misses: int = 3, folder: Path | None = None,
+                 restart_delay_s: float = 1.5) -> None:
+        self.security = security or SecurityConfig(sign=False)
+        self.restart_delay_s = restart_delay_s
+        self._nodes = dict.fromkeys(nodes, True)
+        self._node_resources: dict[str, dict[str, float]] = {n: {"CPU": 2.0} for n in nodes}
+        self._procs: dict[str, _Proc] = {}
+        self._settings = (heartbeat_interval_s, heartbeat_misses)
+        self._folder = folder or Path(tempfile.gettempdir())
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The applications served on this cluster (:meth:`serve`), by name, each its one
+        #: replica: a test drives ``services[name].app`` (an ASGI application) with an
+        #: in-process HTTP client.
+        self.services: dict[str, Any] = {}
+        self._http_port: int | None = None
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a FakeCluster lives in one process: it is never pickled")
+
+    # -- setting up ------------------------------------------------------------------------
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Starts the registry and the session store, and tracks which process each task of
+        ``loop`` runs in (a task belongs to the process that created it)."""
+        self._loop = loop
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any,
+                    context: contextvars.Context | None = None) -> asyncio.Task[Any]:
+            task = asyncio.Task(coro, loop=loop, context=context)
+            proc = (context or contextvars.copy_context()).get(_current)
+            if proc is not None and not proc.dead:
+                proc.tasks.add(task)
+                task.add_done_callback(proc.tasks.discard)
+            return task
+
+        loop.set_task_factory(factory)
+        interval, misses = self._settings
+        self._start(REGISTRY_NAME, lambda: Registry(self, interval, misses), self.driver_node,
+                    restarts=True)
+        db = self._folder / "sessions.db"
+        self._start(STORE_NAME, lambda: SessionStore(
+            self, str(db), storage=SqliteStorage(db, connect=inline_connect)),
+            self.driver_node, restarts=True)
+
+    def runtime(self, limits: CallLimits | None = None) -> Driver:
+        """A driver on this cluster (``reach.Runtime(fake)`` for one that also starts the
+        gateway and connects remote A2A agents)."""
+        return Driver(self, limits)
+
+    async def close(self) -> None:
+        """Closes the session store's database."""
+        store = self._procs.get(STORE_NAME)
+        if store is not None and store.obj is not None:
+            await store.obj.storage.close()
+
+    @property
+    def driver_node(self) -> str:
+        """The node drivers run on (the first)."""
+        return next(iter(self._nodes))
+
+    def _start(self, name: str, make: Callable[[], Any], node: str, *, restarts: bool = False,
+               resources: dict[str, float] | None = None) -> _Proc:
+        proc = _Proc(name, make, node, restarts, resources=dict(resources or {}))
+        proc.obj = proc.context().run(make)
+        proc.incarnation = 1
+        self._procs[name] = proc
+        return proc
+
+    def _port(self, name: str, kind: type[F]) -> F:
+        return kind(self._invoke, name)
+
+    async def _invoke(self, name: str, method: str, args: tuple[object, ...],
+                      kwargs: dict[str, object]) -> Any:
+        proc = await self._live(name)
+        self.calls[(name, method)] += 1
+        incarnation = proc.incarnation
+        fn = getattr(proc.obj, method)
+        args, kwargs = _copy((args, kwargs))
+        assert self._loop is not None
+        inner = self._loop.create_task(_as_coroutine(fn, args, kwargs), context=proc.context())
+        try:
+            result = await asyncio.shield(inner)
+        except asyncio.CancelledError:
+            if inner.cancelled() and (proc.dead or proc.incarnation != incarnation):
+                raise _died(name) from None
+            raise
+        except BaseException as exc:
+            raise _copy(exc) from None
+        return _copy(result)
+
+    async def _live(self, name: str) -> _Proc:
+        proc = self._procs.get(name)
+        if proc is None:
+            raise AgentUnavailable(f"{name} does not exist (its process is gone)",
+                                   details={"endpoint": name})
+        while proc.dead:
+            if not proc.restarts or proc.back is None:
+                raise _died(name)
+            await proc.back.wait()
+        return proc
+
+    # -- the Cluster interface -------------------------------------------------------------
+
+    def guard(self) -> Guard | None:
+        """See :meth:`reach.ports.cluster.Cluster.guard`."""
+        return guard_for(self.security)
+
+    def registry(self) -> RegistryPort:
+        """See :meth:`reach.ports.cluster.Cluster.registry`."""
+        return self._port(REGISTRY_NAME, FakeRegistry)
+
+    def _store(self, kind: type[F]) -> F:
+        if STORE_NAME not in self._procs:
+            raise SessionNotFound("no session store is running")
+        return self._port(STORE_NAME, kind)
+
+    def sessions(self) -> SessionsPort:
+        """See :meth:`reach.ports.cluster.Cluster.sessions`."""
+        return self._store(FakeSessions)
+
+    def a2a_tasks(self) -> A2ATaskPort:
+        """See :meth:`reach.ports.cluster.Cluster.a2a_tasks`."""
+        return self._store(FakeA2ATasks)
+
+    def audit_log(self) -> AuditPort:
+        """See :meth:`reach.ports.cluster.Cluster.audit_log`."""
+        return self._store(FakeAudit)
+
+    def _live_port(self, name: str, kind: type[F]) -> F:
+        proc = self._procs.get(name)
+        if proc is None or (proc.dead and not proc.restarts):
+            raise AgentUnavailable(f"{name} does not exist (its process is gone)",
+                                   details={"endpoint": name})
+        return self._port(name, kind)
+
+    def endpoint(self, name: str) -> Endpoint:
+        """See :meth:`reach.ports.cluster.Cluster.endpoint`."""
+        return self._live_port(name, FakeEndpoint)
+
+    def host(self, name: str) -> HostPort:
+        """See :meth:`reach.ports.cluster.Cluster.host`."""
+        return self._live_port(name, FakeHost)
+
+    def supervisor(self, name: str) -> SupervisorPort:
+        """See :meth:`reach.ports.cluster.Cluster.supervisor`."""
+        try:
+            return self._live_port(name, FakeSupervisor)
+        except AgentUnavailable as exc:
+            raise AgentNotFound(f"no supervisor {name!r} is running",
+                                details={"supervisor": name}) from exc
+
+    def forget(self, name: str) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.forget` (nothing is cached here)."""
+
+    def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
+        """See :meth:`reach.ports.cluster.Cluster.start_host`."""
+
+        live = self._procs.get(name)
+        if live is not None and shape.lasting and not live.dead:
+            return self._port(name, FakeHost)
+        node = self._place(shape)
+        self._start(name, lambda: AgentHost(name, self, limits), node,
+                    resources=dict(shape.resources))
+        return self._port(name, FakeHost)
+
+    def _place(self, shape: HostShape) -> str:
+        alive = [n for n, up in self._nodes.items() if up]
+        fits = [n for n in alive if all(self._node_resources[n].get(k, 0.0) >= v
+                                        for k, v in shape.resources.items())]
+        if shape.node_id in fits:
+            return shape.node_id
+        if not fits:
+            raise AgentUnavailable(f"no live node has the resources {dict(shape.resources)}")
+        return fits[0]
+
+    def start_supervisor(self, spec: SupervisorSpec, parent: str | None, limits: CallLimits,
+                         node_id: str) -> SupervisorPort:
+        """See :meth:`reach.ports.cluster.Cluster.start_supervisor`."""
+
+        name = supervisor_name(spec.name)
+        live = self._procs.get(name)
+        if live is not None and not live.dead:
+            raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
+                                     details={"supervisor": spec.name})
+        self._start(name, lambda: Supervisor(_copy(spec), self, parent, limits), node_id)
+        return self._port(name, FakeSupervisor)
+
+    def start_process(self, name: str, cls: type[object],
+                      args: tuple[object, ...]) -> Process:
+        """See :meth:`reach.ports.cluster.Cluster.start_process`: ``cls(*args)``, on the caller's
+        node, not restarted when it dies."""
+        self._start(name, lambda: cls(*args), self.node_id())
+        return FakeProcess(self._invoke, name)
+
+    def find_process(self, name: str) -> Process:
+        """See :meth:`reach.ports.cluster.Cluster.find_process`."""
+        self.endpoint(name)  # AgentUnavailable when no live process has the name
+        return FakeProcess(self._invoke, name)
+
+    def start_inbox(self, name: str) -> InboxPort:
+        """See :meth:`reach.ports.cluster.Cluster.start_inbox`."""
+
+        self._start(name, Inbox, self.node_id())
+        return self._port(name, FakeInbox)
+
+    def kill(self, port: Endpoint) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.kill`: ends it for good (no restart)."""
+        proc = self._procs.get(port.name)
+        if proc is not None:
+            self._end(proc)
+            del self._procs[port.name]
+
+    def node_id(self) -> str:
+        """See :meth:`reach.ports.cluster.Cluster.node_id`."""
+        proc = _current.get()
+        return proc.node if proc is not None else self.driver_node
+
+    def nodes(self) -> Sequence[NodeInfo]:
+        """See :meth:`reach.ports.cluster.Cluster.nodes`."""
+        return [NodeInfo(n, up, dict(self._node_resources[n])) for n, up in self._nodes.items()]
+
+    def restarted(self) -> bool:
+        """See :meth:`reach.ports.cluster.Cluster.restarted`."""
+        proc = _current.get()
+        return proc is not None and proc.incarnation > 0
+
+    def http_port(self) -> int | None:
+        """See :meth:`reach.ports.cluster.Cluster.http_port`."""
+        return self._http_port
+
+    def start_http(self, host: str, port: int, proxy_location: str) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.start_http`: nothing listens (a test calls an
+        application's ASGI object itself); the port is remembered."""
+        self._http_port = port
+
+    def serve(self, name: str, service: type[HttpService], args: tuple[object, ...],
+              settings: ServiceSettings, timeout_s: float) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.serve`: one replica, ``service(*args)``, in this
+        loop, in :attr:`services` (the settings are for a platform's server: none runs here)."""
+        make: Callable[..., HttpService] = service
+        self.services[name] = make(*args)
+
+    def unserve(self, name: str) -> None:
+        """See :meth:`reach.ports.cluster.Cluster.unserve`."""
+        self.services.pop(name, None)
+
+    # -- failures a test makes -------------------------------------------------------------
+
+    def crash(self, name: str) -> None:
+        """Kills a process as SIGKILL would: the calls pending on it fail, its watches fail, and
+        the registry or the store comes back (empty) after :attr:`restart_delay_s`."""
+        proc = self._procs[name]
+        self._end(proc)
+        if proc.restarts:
+            assert self._loop is not None
+            self._loop.call_later(self.restart_delay_s, self._revive, proc)
+        else:
+            del self._procs[name]
+
+    def crash_node(self, node: str) -> list[str]:
+        """Kills every process of a node, which stays dead; the registry and the store come
+        back on a live node. Returns the names of the processes killed."""
+        self._nodes[node] = False
+        hit = [p.name for p in self._procs.values() if p.node == node and not p.dead]
+        for name in hit:
+            proc = self._procs[name]
+            if proc.restarts:
+                proc.node = self._place(HostShape())
+            self.crash(name)
+        return hit
+
+    def _end(self, proc: _Proc) -> None:
+        proc.dead = True
+        proc.back = asyncio.Event() if proc.restarts else None
+        for task in list(proc.tasks):
+            task.cancel()
+        proc.tasks.clear()
+
+    def _revive(self, proc: _Proc) -> None:
+        if self._procs.get(proc.name) is not proc:
+            return  # killed for good meanwhile
+        proc.obj = proc.context().run(proc.make)
+        proc.incarnation += 1
+        proc.dead = False
+        if proc.back is not None:
+            proc.back.set()
+
+    def process(self, name: str) -> Any:
+        """The object of a live process (its host, registry, store or supervisor), to inspect.
+
+        Raises:
+            KeyError: no process has that name.
+        """
+        return self._procs[name].obj
+
+    def names(self, prefix: str = "") -> list[str]:
+        """The names of the live processes that start with ``prefix``."""
+        return sorted(n for n, p in self._procs.items() if n.startswith(prefix) and not p.dead)
+
+
+def _died(name: str) -> AgentUnavailable:
+    return AgentUnavailable(f"{name} is dead or unreachable: its process died",
+                            suggestion="retry: a supervisor may restart the agent, or another "
+                                       "holder may answer",
+                            details={"endpoint": name})
+
+
+async def _as_coroutine(fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> Any:
+    result = fn(*args, **kwargs)
+    if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+        return await result
+    return result
+
+
+__all__ = ["FakeCluster"]

@@ -1,0 +1,76 @@
+"""Running a scenario on a fresh fake cluster, on virtual time (see :mod:`reach.testing`)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from reach import clock
+from reach._runtime.virtual_time import VirtualClock, VirtualLoop
+from reach.security.guard import SecurityConfig
+from reach.testing.cluster import FakeCluster
+
+T = TypeVar("T")
+
+
+def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
+        security: SecurityConfig | None = None, nodes: Sequence[str] = ("node-a", "node-b"),
+        heartbeat_interval_s: float = 1.0, heartbeat_misses: int = 3) -> T:
+    """Runs ``scenario`` on a fresh :class:`FakeCluster`, on virtual time; returns its result.
+
+    Every task still running when the scenario returns (heartbeats, watches) is cancelled, and
+    the session store's database is closed.
+    """
+    loop = VirtualLoop()
+    token = clock.use(VirtualClock(loop))
+    try:
+        asyncio.set_event_loop(loop)
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = FakeCluster(security, nodes=nodes, heartbeat_interval_s=heartbeat_interval_s,
+                               heartbeat_misses=heartbeat_misses, folder=Path(tmp))
+
+            async def main() -> T:
+                fake.install(asyncio.get_running_loop())
+                try:
+                    return await scenario(fake)
+                finally:
+                    await fake.close()
+
+            return loop.run_until_complete(main())
+    finally:
+        _cancel_all(loop)
+        asyncio.set_event_loop(None)
+        loop.close()
+        clock.restore(token)
+
+
+async def eventually(check: Callable[[], Awaitable[T]], within_s: float = 30.0,
+                     every_s: float = 0.05) -> T:
+    """Polls ``check`` until it returns something truthy, on the clock in force (virtual time
+    in :func:`run`: the wait costs no wall time); returns that value.
+
+    Raises:
+        AssertionError: nothing truthy within ``within_s``.
+    """
+    deadline = clock.monotonic() + within_s
+    last: T | None = None
+    while clock.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every_s)
+    raise AssertionError(f"not within {within_s} s (last value {last!r})")
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+__all__ = ["eventually", "run"]
