@@ -22,8 +22,8 @@ watches and kills reach's processes, and to the ports it hands out, one module p
   adapter of its own port), and an :class:`HttpService` served over the cluster's HTTP ingress.
 
 What crosses a port is typed: records of :mod:`reach.records`, or the TypedDicts of the port's
-module for what a process answers as plain data; no port takes or gives ``Any`` (but the
-envelopes :class:`RemoteHostPort` passes through as the remote agents sent them). A module of
+module for what a process answers as plain data; no port takes or gives ``Any``. (A feature's
+own port lives with the feature: the remote host's is :mod:`reach.remote.ports`.) A module of
 reach imports the port modules it uses, not this package (which imports them all).
 
 Two implementations exist, as httpx has a real transport and ``MockTransport``:
