@@ -312,7 +312,8 @@ async def test_a_supervisor_retries_a_failing_remote_and_aborts_on_a_refused_pay
         assert [(a.code, a.decision) for a in refused.attempts] == [("invalid_payload", "abort")]
         done = await (await sup.submit("orders-supervised", A2AMessage(text="G-1"))).result()
         assert done.state is TaskState.COMPLETED
-        assert (done.value or {})["data"]["order_id"] == "G-1"
+        assert isinstance(done.value, A2AReply)  # the handler's model, as a Reply's value is
+        assert done.value.data["order_id"] == "G-1"
     finally:
         await sup.stop()
 
@@ -360,7 +361,7 @@ async def test_a_task_by_capability_fails_over_from_a_dead_remote_to_a_live_one(
         results = [await (await sup.submit("failover.orders", A2AMessage(text=f"J-{i}"),
                                            by_capability=True)).result() for i in range(4)]
         assert [r.state for r in results] == [TaskState.COMPLETED] * 4
-        assert {(r.value or {})["data"]["served_by"] for r in results} == {"py-live"}
+        assert {r.value.data["served_by"] for r in results} == {"py-live"}
         firsts = [r.attempts[0] for r in results if len(r.attempts) == 2]
         assert firsts, "no task tried the dead remote first"
         assert {(a.agent_id, a.code) for a in firsts} == {("orders-dead", "agent_unavailable")}
