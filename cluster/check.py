@@ -51,7 +51,7 @@ def head_node(resource: str) -> dict[str, Any]:
 
 async def store_health(rt: reach.Runtime) -> tuple[str, dict[str, Any]]:
     """The session store's integrity verdict and its stats."""
-    store: Any = rt.cluster.store()  # integrity and stats are tools' calls, beside StorePort's
+    store = rt.cluster.sessions()
     verdict, stats = await asyncio.wait_for(asyncio.gather(store.integrity(), store.stats()), 60)
     return str(verdict), dict(stats)
 
