@@ -48,7 +48,7 @@ from reach.errors import (
 )
 from reach.ports.a2a_tasks import A2ATaskPort
 from reach.ports.audit import AuditPort
-from reach.ports.cluster import NodeInfo
+from reach.ports.cluster import Cluster, NodeInfo
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
@@ -105,7 +105,7 @@ def _process_class(cls: type[object]) -> Any:
     return made
 
 
-class RayCluster:
+class RayCluster(Cluster):
     """The :class:`~reach.ports.cluster.Cluster` on Ray: reach's processes are named actors in the
     ``reach`` namespace, and their ports are the adapters of :mod:`reach._ray.ports` over the
     actors' handles. Pickles as its namespace and the handles of the registry and the session

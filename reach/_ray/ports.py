@@ -22,6 +22,7 @@ from reach.ports.data import ErrorDoc, JsonObject
 from reach.ports.endpoint import Delivered, Endpoint
 from reach.ports.hosts import HandlerDoc, HostInfo, HostPort
 from reach.ports.inbox import InboxPort
+from reach.ports.processes import Process
 from reach.ports.registry import AclDoc, CallSignature, RegistryPort, RegistryStats
 from reach.ports.sessions import (
     CommittedReply,
@@ -345,7 +346,7 @@ class RaySupervisor(RayEndpoint, SupervisorPort):
         return self.call("status")
 
 
-class RayProcess:
+class RayProcess(Process):
     """A :class:`~reach.ports.processes.Process` over one actor handle: ``call(m, *a)`` starts
     ``handle.m.remote(*a)`` at once and returns a :class:`~reach._ray.ports.RayCall`."""
 

@@ -71,7 +71,7 @@ class RemoteHostPort(HostPort, Protocol):
         ...
 
 
-class RemoteHostClient:
+class RemoteHostClient(RemoteHostPort):
     """A :class:`RemoteHostPort` over the process of a remote host: each method starts the
     call of the host's method of the same name, with the same arguments in the same order, and
     returns it under way (the port's docstrings say what each returns).

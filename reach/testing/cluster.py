@@ -26,7 +26,7 @@ from reach.driver import Driver
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
 from reach.ports.a2a_tasks import A2ATaskPort
 from reach.ports.audit import AuditPort
-from reach.ports.cluster import NodeInfo
+from reach.ports.cluster import Cluster, NodeInfo
 from reach.ports.endpoint import Endpoint
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.ports.inbox import InboxPort
@@ -88,7 +88,7 @@ def _copy(value: T) -> T:
     return copied
 
 
-class FakeCluster:
+class FakeCluster(Cluster):
     """An in-process :class:`reach.ports.cluster.Cluster` (see the module's docstring).
 
     Args:

@@ -20,6 +20,7 @@ from reach.ports.data import ErrorDoc, JsonObject
 from reach.ports.endpoint import Delivered, Endpoint
 from reach.ports.hosts import HandlerDoc, HostInfo, HostPort
 from reach.ports.inbox import InboxPort
+from reach.ports.processes import Process
 from reach.ports.registry import AclDoc, CallSignature, RegistryPort, RegistryStats
 from reach.ports.sessions import (
     CommittedReply,
@@ -365,7 +366,7 @@ class FakeSupervisor(FakeEndpoint, SupervisorPort):
         return self.call("status")
 
 
-class FakeProcess:
+class FakeProcess(Process):
     """A :class:`~reach.ports.processes.Process` over a simulated process (calls start at once).
 
     Args:
