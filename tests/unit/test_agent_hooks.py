@@ -3,9 +3,10 @@ hooks its host sets before ``on_start``; outside a host both do nothing."""
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 import reach
+from reach._runtime.names import REGISTRY_NAME
 from reach.records import AgentExit, AgentStatus
 from reach.testing import FakeCluster, eventually, run
 
@@ -64,9 +65,23 @@ def test_an_agent_reported_unavailable_stays_offline_through_its_hosts_heartbeat
             rec = await registry.lookup("l-2")
             return rec is not None and rec.status is status
 
+        beats: list[str] = []
+        registry_proc = fake.process(REGISTRY_NAME)
+        heartbeat = registry_proc.heartbeat
+
+        async def counted(host: str, data: bytes, sig: Any) -> Any:
+            beats.append(host)
+            return await heartbeat(host, data, sig)
+
+        registry_proc.heartbeat = counted
         await rt.client.request("l-2", reach.Text(text="down"))
         assert await eventually(lambda: status_is(AgentStatus.OFFLINE))
-        await asyncio.sleep(5)  # several heartbeats of its host (virtual time)
+        before = len(beats)
+
+        async def several_heartbeats() -> bool:
+            return len(beats) >= before + 3
+
+        assert await eventually(several_heartbeats)
         assert await status_is(AgentStatus.OFFLINE)
 
     run(scenario)
