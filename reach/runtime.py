@@ -139,12 +139,7 @@ class Runtime(Driver):
     Created by :func:`init` (on Ray), or directly on a :class:`~reach.ports.cluster.Cluster`
     (a test's :class:`~reach.testing.FakeCluster`). Send with :attr:`client`. Close it with
     ``await rt.close()`` (or ``async with``), which lets what this driver sent leave first.
-
-    Args:
-        cluster: Where the processes are.
-        limits: Hop limit and default timeout of this driver's requests and of the hosts and
-            supervisors it starts.
-        owns_ray: This driver started the Ray it runs on (it goes when the driver does).
+    Its arguments are the :class:`~reach.driver.Driver`'s.
     """
 
     def __init__(self, cluster: Cluster, limits: CallLimits | None = None, *,
