@@ -117,7 +117,16 @@ async def test_a_dedicated_agents_restart_takes_the_warm_spare_offered_for_its_s
 
     sup = await rt.supervise(tree("rr-spare", ChildSpec(Worker, "rr-spare-1")))
     try:
-        spares = await wait_until(offered)
+        nodes = sum(1 for n in rt.cluster.nodes() if n.alive)
+
+        async def ready() -> list[str] | None:
+            """The spares offered, once every node's is (one each): the restart takes its own
+            node's first, so a list taken while one still starts (an earlier test's restart may
+            have just used it) could miss the host the restart takes."""
+            now = await offered()
+            return now if len(now) >= nodes else None
+
+        spares = await wait_until(ready)
         spare_pids = {h: await pid_of(rt, h) for h in spares}
         before = await life(rt, "rr-spare-1")
         sigkill(await pid_of(rt, (await record(rt, "rr-spare-1")).host))
