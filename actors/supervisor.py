@@ -3,10 +3,14 @@
 Each agent child is watched through its host (``watch_agent``), so an exit is known the moment
 it happens: a normal exit, an abnormal one, or the host's process dying (SIGKILL, ``os._exit``,
 a packed host with all its agents). Children that fail together (one host) are one failure event:
-one restart counted against the intensity. A child supervisor runs on its parent's node, so
-that a whole tree shares the fate of its root's node while its agents go where their placements
-say. Past the intensity, the supervisor stops its children in reverse order and gives up; its
-parent sees that as this child failing, and the root's driver sees a RestartLimitExceeded.
+one restart counted against the intensity, which is the supervisor's; how long a child waits
+before its restart is its own streak's affair (see :func:`policies.supervision.plan_restart`).
+Under one_for_one, independent failures are healed side by side: a child backing off, or a
+restart waiting for a new process, never holds up a sibling's. A child supervisor runs on its
+parent's node, so that a whole tree shares the fate of its root's node while its agents go where
+their placements say. Past the intensity, the supervisor stops its children in reverse order and
+gives up; its parent sees that as this child failing, and the root's driver sees a
+RestartLimitExceeded.
 How an agent child is spawned, awaited (a remote one) and evicted is :mod:`actors.agent_children`.
 Supervisors also own tasks (see :mod:`reach._runtime.tasks`).
 """
@@ -19,7 +23,7 @@ import random
 from typing import Any
 
 from actors.agent_children import AgentChildren, within
-from policies.supervision import ChildExit, RestartPlan, Strategy, plan_restart
+from policies.supervision import ChildExit, ChildHealth, RestartPlan, Strategy, plan_restart
 from reach import clock
 from reach._runtime.directory import Directory
 from reach._runtime.link import Link
@@ -94,6 +98,8 @@ class Supervisor:
         # Invariant: gen[c] counts c's starts; a watcher of an older start is ignored.
         self.gen: dict[str, int] = {}
         self.history: tuple[float, ...] = ()
+        # Each child's own restarts in a row and when its incarnation started (its backoff).
+        self.health: dict[str, ChildHealth] = {}
         self.restarts: list[RestartRecord] = []
         self.state = SupervisorState.STARTING
         self.trail = AuditTrail(cluster)
@@ -104,6 +110,9 @@ class Supervisor:
         self._gave_up: asyncio.Future[dict[str, Any] | None] | None = None
         self._lock: asyncio.Lock | None = None
         self._watchers: set[asyncio.Task[None]] = set()
+        # Restarts under way (one_for_one): each batch's, and those still in their backoff.
+        self._restarting: set[asyncio.Task[None]] = set()
+        self._backing_off: set[asyncio.Task[None]] = set()
 
     def _gave_up_future(self) -> asyncio.Future[dict[str, Any] | None]:
         if self._gave_up is None:
@@ -157,6 +166,8 @@ class Supervisor:
             self.nodes[child_id] = record.node
             self.epochs[child_id] = record.epoch
             monitor = self._watch_agent(child_id, gen, record.host)
+        self.health[child_id] = self.health.get(child_id, ChildHealth()).started(
+            clock.monotonic())
         self.started.append(child_id)
         order = list(self.specs)
         self.started.sort(key=order.index)  # a restarted child keeps its place in start order
@@ -167,6 +178,7 @@ class Supervisor:
     async def stop(self) -> list[str]:
         """Stops every child in reverse start order, each within its timeout; returns the order."""
         self.state = SupervisorState.STOPPING
+        await self._settle_restarts()
         order = list(reversed(self.started))
         await self._stop_children(order)
         self.state = SupervisorState.STOPPED
@@ -202,14 +214,15 @@ class Supervisor:
     # -- watching ------------------------------------------------------------------------------
 
     async def _watch_agent(self, child_id: str, gen: int, host_name: str) -> None:
+        died_with: str | None = None
         try:
             exit_ = await self.cluster.host(host_name).watch_agent(child_id)
             normal, reason = exit_.normal, exit_.reason
         except ReachError as exc:  # AgentUnavailable: the host's process died
-            normal, reason = False, f"host {host_name} died: {exc.message}"
+            normal, reason, died_with = False, f"host {host_name} died: {exc.message}", host_name
             if gen == self.gen.get(child_id):
                 self.died_on[child_id] = host_name
-        self._exited(child_id, gen, normal, reason)
+        self._exited(child_id, gen, normal, reason, died_with)
 
     async def _watch_supervisor(self, child_id: str, gen: int, port: SupervisorPort) -> None:
         try:
@@ -219,12 +232,17 @@ class Supervisor:
             normal, reason = False, f"supervisor died: {exc.message}"
         self._exited(child_id, gen, normal, reason)
 
-    def _exited(self, child_id: str, gen: int, normal: bool, reason: str) -> None:
+    def _exited(self, child_id: str, gen: int, normal: bool, reason: str,
+                died_with: str | None = None) -> None:
         if gen != self.gen.get(child_id) or child_id in self.stopping:
             return  # an older incarnation, or a child this supervisor stopped on purpose
         if child_id not in self.started:
             return
-        self._exits.append(ChildExit(child_id, normal, reason, clock.monotonic()))
+        self._exits.append(ChildExit(child_id, normal, reason, clock.monotonic(), died_with))
+        self._handle_soon()
+
+    def _handle_soon(self) -> None:
+        """Handles the exits recorded, unless their handling is under way (it takes them)."""
         if self._handling is None or self._handling.done():
             self._handling = asyncio.get_running_loop().create_task(self._handle_exits())
 
@@ -235,13 +253,21 @@ class Supervisor:
         async with self._lock:
             while self._exits and self.state is SupervisorState.RUNNING:
                 batch, self._exits = self._exits, []
-                await self._carry_out(batch, plan_restart(
+                plan = plan_restart(
                     batch, started=self.started,
                     restart_types={c: s.restart for c, s in self.specs.items()},
                     strategy=self.spec.strategy, intensity=self.spec.intensity,
                     backoff=self.spec.backoff, history=self.history, now=clock.monotonic(),
                     rng=self.rng, external=[c for c, s in self.specs.items()
-                                            if isinstance(s, RemoteChild)]))
+                                            if isinstance(s, RemoteChild)],
+                    health=self.health, reset_s=self.spec.backoff_reset_s)
+                self.health.update(plan.health)
+                if self.spec.strategy is Strategy.ONE_FOR_ONE and not plan.give_up:
+                    # Independent children: this batch heals beside the next ones, which are
+                    # planned (and counted against the intensity) at once.
+                    self._heal_beside(batch, plan)
+                else:
+                    await self._carry_out(batch, plan)
 
     def _siblings_may_follow(self) -> bool:
         """Whether a live child shares a host or a node with one that just exited (its exit, if
@@ -259,23 +285,72 @@ class Supervisor:
 
     async def _carry_out(self, batch: list[ChildExit], plan: RestartPlan) -> None:
         """Does what the restart plan says: forget the ended, give up, or stop and restart."""
-        for child_id in plan.ended:
-            if child_id in self.started:
-                self.started.remove(child_id)
-            self.hosts.pop(child_id, None)
-        self.history = plan.history
+        marking = self._set_aside(plan)
         if plan.give_up:
             await self._give_up(batch)
             return
         if not plan.restart:
             return
+        await self._stop_children(list(plan.stop))
+        self._take_out(plan)
+        if plan.delay_s:
+            await asyncio.sleep(plan.delay_s)
+        detected = min(e.at for e in batch)
+        for child_id in plan.restart:  # their order matters: one after another, in start order
+            await self._restart_child(child_id, plan, detected)
+        await _marked(marking)
+
+    def _heal_beside(self, batch: list[ChildExit], plan: RestartPlan) -> None:
+        """Carries out a one_for_one plan (nothing to stop) in the background: each child
+        restarts after its own delay, one host's agents together."""
+        marking = self._set_aside(plan)
+        if not plan.restart:
+            return
+        self._take_out(plan)
+        detected = min(e.at for e in batch)
+
+        async def heal() -> None:
+            await asyncio.gather(*(self._restart_after(c, plan, detected)
+                                   for c in plan.restart))
+            await _marked(marking)
+
+        task = asyncio.get_running_loop().create_task(heal())
+        self._restarting.add(task)
+        task.add_done_callback(self._restarting.discard)
+
+    async def _restart_after(self, child_id: str, plan: RestartPlan, detected: float) -> None:
+        delay = plan.delays.get(child_id, plan.delay_s)
+        if delay:
+            task = asyncio.current_task()
+            assert task is not None
+            self._backing_off.add(task)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._backing_off.discard(task)
+        if self.state is SupervisorState.RUNNING:
+            await self._restart_child(child_id, plan, detected)
+
+    def _set_aside(self, plan: RestartPlan) -> asyncio.Future[None] | None:
+        """Forgets the ended children, keeps the plan's history, and marks the children to
+        restart as restarting (the call is returned, not awaited)."""
+        for child_id in plan.ended:
+            if child_id in self.started:
+                self.started.remove(child_id)
+            self.hosts.pop(child_id, None)
+        self.history = plan.history
+        if plan.give_up or not plan.restart:
+            return None
         # Callers hold their requests while an agent restarts: the mark goes out now, and is
         # not waited for (it names the epochs it is about, so that it cannot land on a new
         # incarnation that registered first).
         marked = [c for c in plan.restart if c in self.hosts]
-        marking = self.children.mark(marked, AgentStatus.RESTARTING,
-                                     {c: self.epochs[c] for c in marked if c in self.epochs})
-        await self._stop_children(list(plan.stop))
+        return asyncio.ensure_future(_awaited(self.children.mark(
+            marked, AgentStatus.RESTARTING, {c: self.epochs[c] for c in marked
+                                             if c in self.epochs})))
+
+    def _take_out(self, plan: RestartPlan) -> None:
+        """Takes the children to restart out of the live ones."""
         for child_id in plan.restart:
             if child_id in self.started:
                 self.started.remove(child_id)
@@ -283,20 +358,14 @@ class Supervisor:
             gone = self.subs.pop(child_id, None)
             if gone is not None:  # a child supervisor that gave up still holds its name
                 self.cluster.kill(gone)
-        if plan.delay_s:
-            await asyncio.sleep(plan.delay_s)
-        detected = min(e.at for e in batch)
-        if self.spec.strategy is Strategy.ONE_FOR_ONE:
-            # Independent children (one host's agents, dying together) come back together.
-            await asyncio.gather(*(self._restart_child(c, plan, detected)
-                                   for c in plan.restart))
-        else:  # their order matters: one after another, in start order
-            for child_id in plan.restart:
-                await self._restart_child(child_id, plan, detected)
-        try:
-            await marking
-        except ReachError as exc:  # callers then find the old route dead, and wait all the same
-            log.warning("marking %s restarting failed: %s", marked, exc)
+
+    async def _settle_restarts(self) -> None:
+        """Lets the restarts under way finish (those still backing off are called off), so that
+        stopping or giving up finds every child it must stop."""
+        for task in list(self._backing_off):
+            task.cancel()
+        while self._restarting:
+            await asyncio.gather(*self._restarting, return_exceptions=True)
 
     async def _restart_child(self, child_id: str, plan: RestartPlan, detected: float) -> None:
         self.stopping.discard(child_id)
@@ -308,6 +377,7 @@ class Supervisor:
                                          clock.monotonic()))
             self.started.append(child_id)  # it counts as started, and as failed again
             self.started.sort(key=list(self.specs).index)
+            self._handle_soon()
             return
         spec = self.specs[child_id]
         placement = (RestartPlacement.SUPERVISOR if isinstance(spec, SupervisorSpec)
@@ -322,6 +392,7 @@ class Supervisor:
 
     async def _give_up(self, batch: list[ChildExit]) -> None:
         self.state = SupervisorState.FAILED
+        await self._settle_restarts()
         reasons = "; ".join(f"{e.child_id}: {e.reason}" for e in batch)
         error = RestartLimitExceeded(
             f"supervisor {self.spec.name} exceeded its restart intensity "
@@ -396,3 +467,14 @@ class Supervisor:
 
 async def _awaited(call: Any) -> Any:
     return await call
+
+
+async def _marked(marking: asyncio.Future[None] | None) -> None:
+    """Awaits the mark of restarting children (its failure is only logged: callers then find
+    the old route dead, and wait all the same)."""
+    if marking is None:
+        return
+    try:
+        await marking
+    except ReachError as exc:
+        log.warning("marking children restarting failed: %s", exc)

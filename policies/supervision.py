@@ -6,6 +6,8 @@
   gives up.
 - :class:`Backoff`, :func:`backoff_delay`: the delay before a restart (defined in
   :mod:`policies.backoff`, re-exported here).
+- :class:`ChildHealth`: one child's own restarts in a row, which alone decide its backoff (a
+  sibling's failures never slow its restart; a run of :data:`DEFAULT_RESET_S` forgives them).
 - :class:`ChildExit`, :class:`RestartPlan`, :func:`plan_restart`: the whole decision for a batch
   of exits, which the supervisor actor only carries out (:data:`SIBLING_RESTARTED` is the reason
   it gives for a child swept along by a sibling's failure).
@@ -17,15 +19,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from policies.backoff import Backoff, backoff_delay
 
 __all__ = [
+    "DEFAULT_RESET_S",
     "SIBLING_RESTARTED",
     "Backoff",
     "ChildExit",
+    "ChildHealth",
     "Intensity",
     "RestartPlan",
     "RestartType",
@@ -39,6 +43,10 @@ __all__ = [
 
 #: The reason given for a child restarted only because a sibling failed.
 SIBLING_RESTARTED = "sibling restarted"
+
+#: How long a child must run after a restart for its backoff to start again from an immediate
+#: restart (as Kubernetes forgets a crash loop after a period of good running).
+DEFAULT_RESET_S = 10.0
 
 
 class RestartType(StrEnum):
@@ -122,6 +130,27 @@ class ChildExit:
     reason: str
     at: float
     """Monotonic seconds when the exit was detected."""
+    host: str | None = None
+    """The host whose death ended it (None: it ended on its own, its host alive). Children of
+    one batch that name the same host died together: their death is nobody's own fault."""
+
+
+@dataclass(frozen=True)
+class ChildHealth:
+    """One child's own record of restarts, which alone decides its backoff.
+
+    Attributes:
+        streak: Its restarts in a row, each after a run shorter than the reset period (0: it has
+            run well since its last restart, or never failed).
+        since: When its current incarnation started (monotonic seconds).
+    """
+
+    streak: int = 0
+    since: float = float("-inf")
+
+    def started(self, at: float) -> ChildHealth:
+        """The same record, for an incarnation started at ``at``."""
+        return ChildHealth(self.streak, at)
 
 
 @dataclass(frozen=True)
@@ -140,13 +169,20 @@ class RestartPlan:
     restart: tuple[str, ...]
     """Children to start again after ``delay_s``, in start order, the failed ones included."""
     delay_s: float
-    """The backoff before the restarts (0 when nothing restarts)."""
+    """The longest of ``delays`` (0 when nothing restarts): how long the batch waits when its
+    children restart together (one_for_all, rest_for_one)."""
     history: tuple[float, ...]
     """The restart history to keep: :func:`record_restart`'s result, or the one given."""
     give_up: bool
     """The intensity is exceeded: stop every child in reverse start order and escalate."""
     reasons: Mapping[str, str]
     """Why each child in ``restart`` restarts: its exit's reason, or :data:`SIBLING_RESTARTED`."""
+    delays: Mapping[str, float] = field(default_factory=dict)
+    """The backoff of each child in ``restart``, from its own streak (0: at once); a child
+    swept along by a sibling restarts with no delay of its own."""
+    health: Mapping[str, ChildHealth] = field(default_factory=dict)
+    """The new record of each child of the batch that failed and restarts (the others keep
+    theirs)."""
 
 
 def plan_restart(
@@ -161,11 +197,20 @@ def plan_restart(
     now: float,
     rng: random.Random,
     external: Collection[str] = (),
+    health: Mapping[str, ChildHealth] | None = None,
+    reset_s: float = DEFAULT_RESET_S,
 ) -> RestartPlan:
     """Decides what a supervisor does about a batch of exits detected together.
 
     A batch is one failure event (a host's agents die together): however many children it
-    restarts, it counts as one restart against the intensity.
+    restarts, it counts as one restart against the intensity, which is the supervisor's, as in
+    OTP. How long each child waits is its own affair: a child that ran for ``reset_s`` since its
+    last restart is restarted at once; one that failed again sooner backs off by its own streak
+    of such restarts (``backoff``, attempt 0 at its second failure in a row), whatever its
+    siblings did. Children that died together with their host are restarted at once and their
+    streaks stay as they were: which of them killed it cannot be told, and holding the others
+    back for it would make innocent host-mates wait (a crash loop among them is stopped by the
+    intensity).
 
     Args:
         exits: The exits of the batch, in the order they were detected.
@@ -173,14 +218,15 @@ def plan_restart(
         restart_types: Each child's restart type.
         strategy: The supervisor's strategy.
         intensity: How many restarts the supervisor allows within its period.
-        backoff: The backoff before a restart; the attempt is the number of restarts still in
-            the history before this one.
+        backoff: The backoff of a child that fails again within ``reset_s`` of its restart.
         history: The times of the earlier restarts still inside the period.
         now: The monotonic clock's reading.
         rng: The source of the backoff's jitter (drawn from only when children restart).
         external: Children the supervisor did not start and cannot (agents that dial in): a
             sibling's failure neither stops nor restarts them; their own exit restarts them
             (the supervisor awaits them) as their restart type says.
+        health: Each child's record (a child with none has never been restarted).
+        reset_s: How long a child must run after a restart to be restarted at once again.
 
     Returns:
         The plan. An exit of a child not in ``started`` restarts nothing (it is in ``ended`` when
@@ -203,17 +249,46 @@ def plan_restart(
     if exceeded:
         return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
                            history=new_history, give_up=True, reasons={})
+    records = health or {}
+    together = _died_together(exits)
+    delays: dict[str, float] = {}
+    healths: dict[str, ChildHealth] = {}
+    for child_id in restart:
+        exit_ = next((e for e in exits if e.child_id == child_id), None)
+        if exit_ is None:  # swept along by a sibling's failure: not its own
+            delays[child_id] = 0.0
+            continue
+        record = records.get(child_id, ChildHealth())
+        streak = 0 if exit_.at - record.since >= reset_s else record.streak
+        if child_id in together:
+            delays[child_id] = 0.0
+            healths[child_id] = ChildHealth(streak, record.since)
+            continue
+        # Its first failure after running well restarts at once, as in OTP; repeated ones back
+        # off, jittered (drawn in start order, so that a seed gives the same plan).
+        delays[child_id] = 0.0 if streak == 0 else backoff_delay(streak - 1, backoff, rng)
+        healths[child_id] = ChildHealth(streak + 1, record.since)
     return RestartPlan(
         ended=ended,
         stop=tuple(c for c in reversed(restart) if c not in exited),
         restart=restart,
-        # The first restart in the window is immediate, as in OTP; repeated ones back off.
-        delay_s=0.0 if len(new_history) == 1 else backoff_delay(len(new_history) - 2, backoff,
-                                                                 rng),
+        delay_s=max(delays.values()),
         history=new_history,
         give_up=False,
         reasons={c: exited.get(c, SIBLING_RESTARTED) for c in restart},
+        delays=delays,
+        health=healths,
     )
+
+
+def _died_together(exits: Sequence[ChildExit]) -> set[str]:
+    """The children of a batch that died with a host that another child of the batch died
+    with too."""
+    by_host: dict[str, set[str]] = {}
+    for e in exits:
+        if e.host is not None:
+            by_host.setdefault(e.host, set()).add(e.child_id)
+    return {c for group in by_host.values() if len(group) > 1 for c in group}
 
 
 def _sweep(exits: Sequence[ChildExit], started: Sequence[str],

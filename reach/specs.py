@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.backoff import Backoff
-from policies.supervision import Intensity, RestartType, Strategy
+from policies.supervision import DEFAULT_RESET_S, Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach.agent import Agent
 from reach.placement import Dedicated, Placement
@@ -98,11 +98,15 @@ class SupervisorSpec:
             reverse order.
         strategy: one_for_one (default), one_for_all or rest_for_one.
         intensity: At most this many restarts in this period before giving up (1 in 5 s).
-        backoff: Delays before restarts (a task's retries wait as its ``task_policy`` says).
+        backoff: Delays before a child's restart when it fails again within ``backoff_reset_s``
+            of its last one (its own restarts in a row, not its siblings'; a task's retries wait
+            as its ``task_policy`` says).
         task_policy: Decides on task errors (any object with ``decide``).
         restart: How the parent treats this supervisor as a child.
         shutdown_timeout_s: How long stopping this supervisor's subtree may take.
         seed: Seed of the random generator for jitter (None: unpredictable).
+        backoff_reset_s: How long a child must run after a restart for its next failure to be
+            restarted at once again (10 s; 0: every failure is restarted at once, as in OTP).
     """
 
     name: str
@@ -114,6 +118,7 @@ class SupervisorSpec:
     restart: RestartType = RestartType.PERMANENT
     shutdown_timeout_s: float = 10.0
     seed: int | None = None
+    backoff_reset_s: float = DEFAULT_RESET_S
 
     @property
     def child_id(self) -> str:

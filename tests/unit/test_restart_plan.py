@@ -5,6 +5,7 @@ Time is a number passed in and randomness a seeded ``random.Random``: no clock, 
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from policies.supervision import (
     SIBLING_RESTARTED,
     Backoff,
     ChildExit,
+    ChildHealth,
     Intensity,
     RestartPlan,
     RestartType,
@@ -50,12 +52,14 @@ def plan(
     history: Sequence[float] = (),
     now: float = NOW,
     rng: random.Random | None = None,
+    health: Mapping[str, ChildHealth] | None = None,
+    reset_s: float = 10.0,
 ) -> RestartPlan:
     """``plan_restart`` with the defaults of these tests: four permanent children, one for one."""
     return plan_restart(
         exits, started=started, restart_types=restart_types, strategy=strategy,
         intensity=intensity, backoff=BACKOFF, history=history, now=now,
-        rng=rng if rng is not None else random.Random(0),
+        rng=rng if rng is not None else random.Random(0), health=health, reset_s=reset_s,
     )
 
 
@@ -252,24 +256,113 @@ def test_the_first_restart_in_the_window_is_immediate_as_in_otp() -> None:
         assert plan(crash("a"), rng=random.Random(seed)).delay_s == 0.0
 
 
-@pytest.mark.parametrize(("earlier", "top"), [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (6, 1.0)])
-def test_repeated_restarts_back_off_with_the_restarts_still_in_the_window(earlier: int,
-                                                                          top: float) -> None:
-    history = tuple(NOW - 1 - i for i in range(earlier))
-    lots = Intensity(max_restarts=10, period_s=60.0)
+LOTS = Intensity(max_restarts=100, period_s=60.0)
+
+
+def looping(streak: int, ran_s: float = 0.5) -> ChildHealth:
+    """A child restarted ``streak`` times in a row, its current incarnation ``ran_s`` old."""
+    return ChildHealth(streak=streak, since=NOW - 0.01 - ran_s)
+
+
+@pytest.mark.parametrize(("streak", "top"), [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (6, 1.0)])
+def test_a_child_that_fails_again_soon_after_its_restart_backs_off_by_its_own_streak(
+        streak: int, top: float) -> None:
     for seed in range(20):
-        delay = plan(crash("a"), intensity=lots, history=history, rng=random.Random(seed)).delay_s
-        assert top / 2 <= delay <= top + 1e-12
-        assert delay == backoff_delay(earlier - 1, BACKOFF, random.Random(seed))
+        result = plan(crash("a"), intensity=LOTS, health={"a": looping(streak)},
+                      rng=random.Random(seed))
+        assert top / 2 <= result.delays["a"] <= top + 1e-12
+        assert result.delays["a"] == backoff_delay(streak - 1, BACKOFF, random.Random(seed))
+        assert result.delay_s == result.delays["a"]
+        assert result.health["a"] == ChildHealth(streak + 1, looping(streak).since)
+
+
+def test_a_crash_loop_grows_its_delay_up_to_the_cap_and_then_escalates() -> None:
+    one_in_a_loop: dict[str, ChildHealth] = {}
+    history: tuple[float, ...] = ()
+    now, delays = NOW, []
+    ten_in_sixty = Intensity(max_restarts=10, period_s=60.0)
+    for _ in range(12):
+        exit_ = ChildExit("a", normal=False, reason="boom", at=now)
+        result = plan(exit_, intensity=ten_in_sixty, history=history, now=now,
+                      health=one_in_a_loop)
+        if result.give_up:
+            break
+        delays.append(result.delays["a"])
+        history = result.history
+        started = now + result.delays["a"] + 0.05
+        one_in_a_loop = {"a": result.health["a"].started(started)}
+        now = started + 0.01  # it crashes right after every restart
+    assert result.give_up
+    assert len(delays) == 10
+    assert delays[0] == 0.0
+    assert all(later >= earlier / 2 for earlier, later in itertools.pairwise(delays))
+    assert BACKOFF.cap_s / 2 <= delays[-1] <= BACKOFF.cap_s
+
+
+def test_a_siblings_failures_never_slow_a_childs_restart() -> None:
+    # Nine restarts of "a" in a row fill the supervisor's history; "b" fails for the first time.
+    history = tuple(NOW - 5 + i * 0.5 for i in range(9))
+    result = plan(crash("b"), intensity=LOTS, history=history,
+                  health={"a": looping(9), "b": ChildHealth(since=NOW - 30)})
+    assert result.restart == ("b",)
+    assert result.delays == {"b": 0.0}
+    assert result.delay_s == 0.0
+    assert result.history == (*history, NOW)  # the intensity still counts every restart
+    assert result.health == {"b": ChildHealth(1, NOW - 30)}
+
+
+@pytest.mark.parametrize("ran_s", [10.0, 11.0, 3600.0])
+def test_a_child_that_ran_for_the_reset_period_is_restarted_at_once_again(ran_s: float) -> None:
+    result = plan(crash("a"), intensity=LOTS, health={"a": looping(7, ran_s=ran_s)})
+    assert result.delays == {"a": 0.0}
+    assert result.health["a"].streak == 1  # its next quick failure backs off from the start
+
+
+def test_the_reset_period_is_a_setting() -> None:
+    record = {"a": looping(3, ran_s=2.0)}
+    assert plan(crash("a"), intensity=LOTS, health=record, reset_s=1.0).delays == {"a": 0.0}
+    assert plan(crash("a"), intensity=LOTS, health=record, reset_s=5.0).delays["a"] > 0
+
+
+def host_death(*children: str, host: str = "reach.pool.p.0") -> list[ChildExit]:
+    return [ChildExit(c, normal=False, reason=f"host {host} died", at=NOW - 0.01, host=host)
+            for c in children]
+
+
+def test_children_that_died_with_their_host_restart_at_once_and_keep_their_streaks() -> None:
+    # "a" has been crash-looping and takes "b" and "c" down with it each time: which of them
+    # kills the host cannot be told, so none is held back (the intensity stops a loop).
+    health = {"a": looping(5), "b": looping(5), "c": looping(1)}
+    result = plan(*host_death("a", "b", "c"), intensity=LOTS, health=health)
+    assert result.restart == ("a", "b", "c")
+    assert result.delays == {"a": 0.0, "b": 0.0, "c": 0.0}
+    assert {c: h.streak for c, h in result.health.items()} == {"a": 5, "b": 5, "c": 1}
+    assert result.history == (NOW,)  # one failure event
+
+
+def test_a_child_alone_on_the_host_that_died_backs_off_as_for_its_own_crash() -> None:
+    result = plan(*host_death("a"), *host_death("b", host="reach.host.x"), intensity=LOTS,
+                  health={"a": looping(2), "b": looping(1)})
+    assert result.delays["a"] > 0
+    assert result.delays["b"] > 0
+    assert {c: h.streak for c, h in result.health.items()} == {"a": 3, "b": 2}
+
+
+def test_children_restarted_together_wait_for_the_longest_delay_among_them() -> None:
+    result = plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, intensity=LOTS,
+                  health={"b": looping(3)})
+    assert result.restart == CHILDREN
+    assert result.delay_s == result.delays["b"] > 0
+    assert result.delays["a"] == result.delays["c"] == 0.0  # swept along: no delay of its own
+    assert set(result.health) == {"b"}
 
 
 def test_the_same_seed_gives_the_same_plan() -> None:
-    first = plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, history=(NOW - 1,),
-                 rng=random.Random(7))
-    assert first == plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, history=(NOW - 1,),
+    health = {"b": looping(2)}
+    first = plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, health=health, rng=random.Random(7))
+    assert first == plan(crash("b"), strategy=Strategy.ONE_FOR_ALL, health=health,
                          rng=random.Random(7))
-    delays = {plan(crash("b"), history=(NOW - 1,), rng=random.Random(s)).delay_s
-              for s in range(20)}
+    delays = {plan(crash("b"), health=health, rng=random.Random(s)).delay_s for s in range(20)}
     assert len(delays) == 20
 
 
@@ -277,8 +370,9 @@ def test_the_generator_is_drawn_from_only_when_a_restart_backs_off() -> None:
     rng = random.Random(5)
     before = rng.getstate()
     plan(finish("a"), restart_types={**PERMANENT, "a": RestartType.TRANSIENT}, rng=rng)
-    plan(crash("a"), history=(99.0, 99.5, 99.7), rng=rng)  # gives up
+    plan(crash("a"), history=(99.0, 99.5, 99.7), health={"a": looping(3)}, rng=rng)  # gives up
     plan(crash("a"), rng=rng)  # the first restart: immediate
+    plan(*host_death("a", "b"), health={"a": looping(3)}, rng=rng)  # died together: at once
     assert rng.getstate() == before
 
 
@@ -373,7 +467,9 @@ def test_every_plan_keeps_its_invariants(case: Case, seed: int) -> None:
     if result.restart:
         assert result.history[-1] == NOW
         assert len(result.history) <= case.intensity.max_restarts
-        assert (result.delay_s == 0.0) == (len(result.history) == 1)
+        assert set(result.delays) == set(result.restart)
+        assert result.delay_s == max(result.delays.values()) == 0.0  # no child had failed before
+        assert set(result.health) <= set(result.restart) & exited
     elif not result.give_up:
         assert result.history == tuple(case.history)
         assert result.delay_s == 0.0
