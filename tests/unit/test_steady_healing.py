@@ -38,7 +38,10 @@ class Worker(reach.Agent):
         return Pong(by=self.id)
 
 
-def tree(*children: reach.ChildSpec, intensity: Intensity = Intensity(1000, 10),
+GENEROUS = Intensity(1000, 10)
+
+
+def tree(*children: reach.ChildSpec, intensity: Intensity = GENEROUS,
          reset_s: float = 10.0) -> reach.SupervisorSpec:
     return reach.SupervisorSpec("steady", children=list(children), intensity=intensity,
                                 backoff=BACKOFF, backoff_reset_s=reset_s, seed=1)
