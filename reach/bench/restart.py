@@ -23,9 +23,10 @@ death. (Probing costs the driver CPU, as a busy caller would: on a small machine
 share its cores with it, and each death's ``busy`` share of the machine is recorded.) Every death
 starts from the steady state: the supervisor has recorded the previous restart, the pool's two
 hosts answer, a warm spare is offered (for the spare contestant), and the previous restart is
-out of the supervisor's intensity period (``Intensity(1000, 1 s)``, default backoff), so each
-restart is the first in its window, immediate as for an isolated failure (repeated restarts
-within the period back off by design: that would measure the backoff, not the restart).
+out of the supervisor's intensity period (``Intensity(1000, 1 s)``, default backoff) and has run
+for its backoff's reset period (``backoff_reset_s=1``), so each restart is immediate as for an
+isolated failure (a child failing again sooner backs off by design: that would measure the
+backoff, not the restart).
 Security is reach's default (signed, audited).
 
 Prints p50/p95/max per contestant and kind, when the supervisor detected the death (``detect``)
@@ -211,7 +212,8 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
 
     def tree(name: str, child: ChildSpec) -> SupervisorSpec:
         return SupervisorSpec(f"restart-{name}-{tag}", children=[child],
-                              intensity=Intensity(1000, PERIOD_S), seed=7)
+                              intensity=Intensity(1000, PERIOD_S), seed=7,
+                              backoff_reset_s=PERIOD_S)
 
     pool = f"restart-{tag}"
     sups = {
