@@ -23,9 +23,9 @@ death. (Probing costs the driver CPU, as a busy caller would: on a small machine
 share its cores with it, and each death's ``busy`` share of the machine is recorded.) Every death
 starts from the steady state: the supervisor has recorded the previous restart, the pool's two
 hosts answer, a warm spare is offered (for the spare contestant), and the previous restart is
-out of the supervisor's intensity period (``Intensity(1000, 1 s)``, default backoff) and has run
-for its backoff's reset period (``backoff_reset_s=1``), so each restart is immediate as for an
-isolated failure (a child failing again sooner backs off by design: that would measure the
+out of the supervisor's intensity period (``Intensity(1000, 1 s)``, default backoff), longer
+than the backoff's reset period (``backoff_reset_s=0.5``), so each restart is immediate as for
+an isolated failure (a child failing again sooner backs off by design: that would measure the
 backoff, not the restart).
 Security is reach's default (signed, audited).
 
@@ -213,7 +213,7 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
     def tree(name: str, child: ChildSpec) -> SupervisorSpec:
         return SupervisorSpec(f"restart-{name}-{tag}", children=[child],
                               intensity=Intensity(1000, PERIOD_S), seed=7,
-                              backoff_reset_s=PERIOD_S)
+                              backoff_reset_s=PERIOD_S / 2)
 
     pool = f"restart-{tag}"
     sups = {
