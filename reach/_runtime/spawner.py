@@ -189,8 +189,11 @@ class Spawner:
         started = []
         for node in nodes:
             for _ in range(count):
-                host = self.cluster.start_host(own_host_name(), _shape(needs, node),
-                                               self.limits)
+                # Lasting: a spare is the cluster's, not its starter's, and must not die with
+                # the supervisor or driver that started it (it would be offered, dead, until its
+                # heartbeats are missed, and counted as there by whoever tops the spares up).
+                host = self.cluster.start_host(own_host_name(),
+                                               _shape(needs, node, lasting=True), self.limits)
                 offered = host.offer_as_spare(key)  # the call is under way: never awaited here
                 _read_later(offered, "a spare host did not start")
                 if classes:

@@ -101,9 +101,10 @@ class HostShape:
         resources: Custom resources required of its node.
         node_id: The node it should run on.
         node_strict: Only that node (otherwise: prefer it, go elsewhere when it is gone).
-        lasting: A pool host: named, shared, outlives its creator. When it dies it is not
-            restarted by the platform (so that its death is known at once): whoever needs it
-            starts it again under the same name (see the spawner).
+        lasting: Outlives its creator: a pool host (named, shared) or a warm spare (the
+            cluster's, whoever started it). When it dies it is not restarted by the platform
+            (so that its death is known at once): whoever needs a pool host starts it again
+            under the same name (see the spawner).
     """
 
     num_cpus: float | None = None
