@@ -18,7 +18,13 @@ from functools import partial
 from typing import Any, TypeVar
 
 from reach import clock
-from reach.errors import AgentNotFound, AgentUnavailable, NoCapableAgent, ReachError
+from reach.errors import (
+    AgentNotFound,
+    AgentUnavailable,
+    NoCapableAgent,
+    PoisonMessage,
+    ReachError,
+)
 from reach.ports.registry import RegistryPort
 from reach.protocol import Envelope
 from reach.records import AgentRecord, AgentStatus, DeadLetter
@@ -190,8 +196,9 @@ class Directory:
     def dead_letter(self, envelopes: list[Envelope], error: ReachError) -> None:
         """Records envelopes that could not be delivered, and why (fire and forget)."""
         at = clock.now()
+        kills = error.kills if isinstance(error, PoisonMessage) else 0
         letters = [DeadLetter(e.msg_id, e.msg_type.value, e.sender, e.receiver, e.trace_id,
-                              error.code, error.message, at) for e in envelopes]
+                              error.code, error.message, at, kills) for e in envelopes]
         for e in envelopes:
             log.warning("dead letter: %s %s from %s to %s: %s (trace %s)", e.msg_type.value,
                         e.msg_id, e.sender, e.receiver, error.message, e.trace_id)
