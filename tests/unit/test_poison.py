@@ -305,6 +305,20 @@ def test_innocent_host_mates_are_not_quarantined_by_one_shared_death() -> None:
     run(scenario)
 
 
+def test_a_count_of_one_quarantines_at_the_first_death() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await supervised(rt)
+        with pytest.raises(PoisonMessage) as caught:
+            await rt.client.request("f-1", Order(text="poison"), timeout_ms=10_000)
+        assert caught.value.kills == 1
+        with pytest.raises(PoisonMessage):
+            await rt.client.request("f-1", Order(text="poison"), timeout_ms=10_000)
+        assert handed("poison") == 1
+
+    run(scenario, poison_after=1)
+
+
 def test_no_payload_is_hashed_while_nothing_is_quarantined(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
