@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from policies.supervision import Intensity
 from reach import PoisonMessage, Severity
 from reach._runtime import poison as runtime_poison
 from reach.records import AgentStatus, TaskState
+from reach.security.guard import SecurityConfig, resolve_keyring, signed_call
 from reach.testing import FakeCluster, eventually, run
 
 
@@ -317,6 +319,27 @@ def test_a_count_of_one_quarantines_at_the_first_death() -> None:
         assert handed("poison") == 1
 
     run(scenario, poison_after=1)
+
+
+def test_with_signing_on_the_reports_are_signed_and_an_unsigned_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    security = SecurityConfig(sign=True, keyring=resolve_keyring(tmp_path / "keyring.json",
+                                                                 create=True))
+
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await supervised(rt)
+        with pytest.raises(reach.AgentUnavailable):
+            await rt.client.request("f-1", Order(text="poison"), timeout_ms=10_000)
+        with pytest.raises(PoisonMessage):
+            await rt.client.request("f-1", Order(text="poison"), timeout_ms=10_000)
+        forged, _ = signed_call(None, "anyone", [["f-1", 9, "0" * 32, "m", "anyone", "", "x@1.0"]])
+        with pytest.raises(reach.AuthError):
+            await fake.registry().report_kills("anyone", forged, None)
+        assert handed("poison") == 2
+
+    run(scenario, security=security)
 
 
 def test_no_payload_is_hashed_while_nothing_is_quarantined(
