@@ -15,6 +15,7 @@ from typing import Any
 
 from actors._mem import rss_bytes
 from actors.host_agents import HostedAgents
+from reach import clock
 from reach._runtime.metrics import messages
 from reach._runtime.names import is_endpoint
 from reach._runtime.runner import ReplySink
@@ -66,16 +67,7 @@ class AgentHost(HostedAgents):
             if env.request_id is not None and env.msg_type is not MsgType.REQUEST:
                 self.transport.accept(env)
                 continue
-            runner = self.runners.get(env.receiver)
-            if runner is None:
-                if env.msg_type is MsgType.REQUEST:
-                    not_here.append(env.msg_id)
-                else:
-                    self.directory.dead_letter([env], AgentNotFound(
-                        f"no agent {env.receiver!r} on host {self.name}",
-                        details={"agent_id": env.receiver, "host": self.name}))
-                continue
-            task = runner.deliver(env, sink)
+            task = self._hand_in(env, sink, not_here)
             if task is not None:
                 tasks.append(task)
         if tasks:
@@ -128,6 +120,39 @@ class AgentHost(HostedAgents):
             self._refuse(env.msg_id, env.sender if env.msg_type is MsgType.REQUEST else None,
                          error, sink)
         return [e for e in envelopes if e.msg_id not in refused] if refused else envelopes
+
+    def _hand_in(self, env: Envelope, sink: ReplySink,
+                 not_here: list[str]) -> asyncio.Task[None] | None:
+        """Hands a request or notification to its agent's runner; returns the handler's task
+        (None when refused, or when the agent is not here: a request's ID is then added to
+        ``not_here``, anything else is a dead letter)."""
+        runner = self.runners.get(env.receiver)
+        if runner is None:
+            if env.msg_type is MsgType.REQUEST:
+                not_here.append(env.msg_id)
+            else:
+                self.directory.dead_letter([env], AgentNotFound(
+                    f"no agent {env.receiver!r} on host {self.name}",
+                    details={"agent_id": env.receiver, "host": self.name}))
+            return None
+        if self.quarantined and env.msg_type is MsgType.REQUEST and self._poison(env, sink):
+            return None
+        return runner.deliver(env, sink)
+
+    def _poison(self, env: Envelope, sink: ReplySink) -> bool:
+        """Refuses a request whose content is quarantined for its receiver (a fatal
+        PoisonMessage to its sender, a dead letter, an audit record); False if it is not."""
+        error = self.quarantined.refusal(env, clock.monotonic())
+        if error is None:
+            return False
+        log.warning("refused poison request %s from %s to %s (trace %s)", env.msg_id,
+                    env.sender, env.receiver, env.trace_id)
+        self.trail.record(env.sender, env.receiver, capability=env.payload_schema,
+                          msg_type="poison", trace_id=env.trace_id,
+                          outcome=f"refused: poison (killed {error.kills} incarnations)")
+        self.directory.dead_letter([env], error)
+        sink.send(env.fail(error, sender=env.receiver))
+        return True
 
     def _reply_frame(self, replies: list[Envelope]) -> bytes:
         """The replies as one frame; a reply that cannot be encoded becomes its error."""

@@ -16,10 +16,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 from policies.acl import Acl
+from reach import clock
 from reach._runtime.directory import Directory
 from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
 from reach._runtime.names import check_agent_ids
+from reach._runtime.poison import Quarantine
 from reach._runtime.runner import AgentRunner
 from reach._runtime.trail import AuditTrail
 from reach._runtime.transport import Transport
@@ -67,6 +69,8 @@ class HostedAgents:
         # answering): marked offline, and left out of heartbeats, which would mark them online.
         self.down: set[str] = set()
         self.trail = AuditTrail(cluster)
+        # What the registry quarantined for agents of this host (poison: refused on delivery).
+        self.quarantined = Quarantine()
         self.acl_version = -1
         self._acl_fetch: asyncio.Task[None] | None = None
         # Agent classes kept loaded (see preload).
@@ -168,6 +172,15 @@ class HostedAgents:
         """Cancels every running handler of one trace (a task was aborted); returns how many."""
         why = TaskCancelled(reason, details={"trace_id": trace_id})
         return sum(r.cancel(why, trace_id) for r in self.runners.values())
+
+    async def quarantine(self, agent_id: str, prints: dict[str, tuple[int, float]]) -> int:
+        """Refuses from now on, as poison, the requests to ``agent_id`` with one of these
+        fingerprints (each with its kills and the seconds its quarantine lasts); told by the
+        registry, before the agent is added here when it is being added. Returns how many are
+        quarantined for the agent now."""
+        held = self.quarantined.hold(agent_id, prints, clock.monotonic())
+        log.warning("quarantined %d request contents for %s (poison)", held, agent_id)
+        return held
 
     def _entry(self, agent: Agent) -> dict[str, Any]:
         return {"agent_id": agent.id, "capabilities": list(agent.capabilities),

@@ -6,7 +6,8 @@ with "unknown" agents re-registers them. It is never in the message path: client
 capabilities here and cache the answers.
 
 It also keeps what every process must see the same: the deployment's ACL, the warm spare hosts
-(:mod:`actors.spare_pool`) and the remote agents' hello nonces (:mod:`actors.hello_nonces`).
+(:mod:`actors.spare_pool`), the remote agents' hello nonces (:mod:`actors.hello_nonces`) and the
+poison messages quarantined (:mod:`actors.poison_ward`).
 The records and their capability index are its table (:mod:`actors.agent_table`).
 """
 
@@ -22,7 +23,9 @@ from typing import Any
 from actors._mem import rss_bytes
 from actors.agent_table import AgentTable
 from actors.hello_nonces import HelloNonces
+from actors.poison_ward import PoisonWard
 from actors.spare_pool import SparePool
+from policies.poison import POISON_AFTER
 from policies.routing import heartbeat_expired, next_epoch
 from reach import clock
 from reach._runtime.metrics import metrics
@@ -44,9 +47,12 @@ class Registry:
         cluster: Where the other processes are (and the deployment's security settings).
         interval_s: Heartbeat interval hosts are told to keep.
         misses: Heartbeats a host may miss before its agents are marked offline.
+        poison_after: Incarnations of an agent a request may kill before it is quarantined
+            for that agent (:mod:`actors.poison_ward`).
     """
 
-    def __init__(self, cluster: Cluster, interval_s: float = 10.0, misses: int = 3) -> None:
+    def __init__(self, cluster: Cluster, interval_s: float = 10.0, misses: int = 3,
+                 poison_after: int = POISON_AFTER) -> None:
         self.interval_s = interval_s
         self.misses = misses
         self.records = AgentTable()
@@ -68,6 +74,7 @@ class Registry:
         # Warm spares, offered by empty hosts, taken by claims.
         self.spare_pool = SparePool()
         self.nonces = HelloNonces()
+        self.poison = PoisonWard(cluster, self.trail, poison_after)
 
     def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
         """The arguments of a call signed by ``host``; a refusal is audited and raised."""
@@ -133,6 +140,11 @@ class Registry:
             self.records.register(rec)
             self.last_seen[rec.host] = now
             epochs.append(epoch)
+        # A new incarnation of an agent with poison quarantined: its host learns of it before
+        # it adds the agent (it adds it once this call returns).
+        poisoned = [e["agent_id"] for e in entries if self.poison.holds(e["agent_id"])]
+        if poisoned:
+            await asyncio.gather(*(self.poison.tell(a, host) for a in poisoned))
         return epochs
 
     async def deregister(self, principal: str, data: bytes, sig: Any) -> int:
@@ -329,6 +341,28 @@ class Registry:
         alive = [h for h, seen in self.last_seen.items()
                  if not heartbeat_expired(seen, now, self.interval_s, self.misses)]
         return sorted(alive, key=self.last_seen.__getitem__)
+
+    async def report_kills(self, principal: str, data: bytes, sig: Any,
+                           ) -> list[tuple[int, bool]]:
+        """Deaths of incarnations with requests in their hands, as the processes that waited
+        for the replies saw them (``data``: a list of ``[agent_id, epoch, fingerprint,
+        request_id, sender, trace_id, schema]``, signed by such a process).
+
+        A request that is poison is kept as a dead letter and audited, and the host of its
+        agent's live incarnation is told to refuse its content, before this call returns.
+        Returns, for each report, the incarnations its request killed lately and whether it
+        is quarantined.
+
+        Raises:
+            AuthError: the signature does not verify.
+        """
+        reports = self._open(principal, data, sig, "report_kills")
+        verdicts, letters, fresh = self.poison.judge(reports)
+        if letters:
+            await self.dead_letter(letters)
+        hosts = {a: rec.host for a in fresh if (rec := self.records.get(a)) is not None}
+        await asyncio.gather(*(self.poison.tell(a, h) for a, h in hosts.items()))
+        return verdicts
 
     async def dead_letter(self, letters: list[DeadLetter]) -> None:
         """Records messages that could not be delivered, with their reasons (bounded)."""

@@ -112,7 +112,7 @@ class SessionStorage(Protocol):
         """Open pending requests sent by an agent."""
 
     async def pending_status(self, request_id: str) -> str | None:
-        """A pending request's status (open, answered, cancelled), or None."""
+        """A pending request's status (open, answered, cancelled, failed), or None."""
 
     async def reply_for(self, request_id: str) -> dict[str, Any] | None:
         """The recorded reply of a request, or None."""

@@ -256,7 +256,8 @@ class SessionStore:
         await self.writer.commit(stage)
 
     async def resolve_pending(self, request_id: str, status: str) -> bool:
-        """Ends a pending request as ``answered`` or ``cancelled``; False if it had ended."""
+        """Ends a pending request as ``answered``, ``cancelled`` or ``failed``; False if it had
+        ended."""
         def stage(batch: WriteBatch) -> Callable[[Written], bool]:
             index = len(batch.resolutions)
             batch.resolutions.append((request_id, status, clock.now()))
@@ -271,7 +272,7 @@ class SessionStore:
         return await self.storage.pending_for(agent_id)
 
     async def pending_status(self, request_id: str) -> str | None:
-        """open, answered or cancelled (None if never recorded)."""
+        """open, answered, cancelled or failed (None if never recorded)."""
         await self.writer.ready()
         return await self.storage.pending_status(request_id)
 

@@ -17,6 +17,7 @@ Every error reach raises is a :class:`ReachError`. Names say the cause::
     ├── AgentUnavailable         the agent's host is dead or unreachable (retryable)
     │   └── ConnectionEnded      a remote agent's own socket to the gateway closed
     ├── RequestTimeout           the deadline passed before a reply came (retryable)
+    ├── PoisonMessage            a request killed its agent's process twice: quarantined (fatal)
     ├── RestartLimitExceeded     a supervisor gave up: restart intensity exceeded
     ├── InvalidTransition        a task state change the state machine does not allow
     ├── TaskCancelled            the task was cancelled before it finished
@@ -262,6 +263,25 @@ class RequestTimeout(ReachError):
     default_severity = Severity.RETRYABLE
 
 
+class PoisonMessage(ReachError):
+    """A request killed its agent's process (the agent died while the request was in its hands)
+    in as many incarnations as the deployment's ``poison_after`` allows: it is quarantined for
+    that agent and never delivered to it again, nor is any request of the same content (the
+    same receiver, payload schema and payload).
+
+    ``details`` name the ``agent_id``, the ``request_id``, the ``kills`` (incarnations it
+    killed) and the content's ``fingerprint``.
+    """
+
+    code = "poison"
+
+    @property
+    def kills(self) -> int:
+        """How many incarnations of its agent the request killed."""
+        kills = self.details.get("kills", 0)
+        return kills if isinstance(kills, int) else 0
+
+
 class RestartLimitExceeded(ReachError):
     """A supervisor exceeded its restart intensity and gave up."""
 
@@ -338,6 +358,7 @@ __all__ = [
     "InvalidTransition",
     "LoopDetected",
     "NoCapableAgent",
+    "PoisonMessage",
     "ProtocolError",
     "ReachError",
     "RequestTimeout",

@@ -263,6 +263,8 @@ class DeadLetter:
         code: The code of the error that stopped it.
         reason: That error's message.
         at: When it was given up (epoch seconds).
+        kills: For a ``poison`` letter (a request quarantined because it killed its agent's
+            process), how many incarnations of the agent it killed; 0 for any other.
     """
 
     msg_id: str
@@ -273,6 +275,7 @@ class DeadLetter:
     code: str
     reason: str
     at: float
+    kills: int = 0
 
 
 @dataclass(frozen=True, slots=True)

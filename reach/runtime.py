@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from policies.acl import Acl
+from policies.poison import POISON_AFTER, check_poison_after
 from reach._runtime.names import DEFAULT_SESSIONS, REGISTRY_NAME, SESSION_RESOURCE
 from reach._runtime.spawner import shape_key
 from reach.agent import Dedicated
@@ -45,7 +46,7 @@ INIT_CALL_S = 30.0
 class RuntimeConfig:
     """reach's settings for one driver: :func:`init` takes them as one value or as keywords.
 
-    The first five are the deployment's: the driver that starts the registry and the session
+    The first six are the deployment's: the driver that starts the registry and the session
     store sets them, and a driver joining a running deployment cannot change them (it is warned,
     with the names of those it gave, that they are ignored).
 
@@ -59,6 +60,10 @@ class RuntimeConfig:
             head node).
         session_options: Options of the store (``synchronous``, ``group_commit``,
             ``compact_after``, ``keep_last``, ``summariser``).
+        poison_after: How many incarnations of an agent a request may kill (the agent's
+            process dies while the request is in its hands) before it is quarantined as
+            poison: a dead letter, a fatal ``PoisonMessage`` to its caller, never delivered to
+            that agent again (nor is any request of the same content).
         max_hops: Longest call chain accepted.
         default_timeout_ms: Timeout of requests that give none.
         sign: Sign envelopes, registrations and heartbeats, and refuse unsigned ones.
@@ -79,6 +84,7 @@ class RuntimeConfig:
     session_path: str | None = None
     session_resource: str | None = None
     session_options: Mapping[str, Any] = field(default_factory=dict)
+    poison_after: int = POISON_AFTER
     max_hops: int = 16
     default_timeout_ms: int = 30_000
     sign: bool = True
@@ -100,10 +106,11 @@ class RuntimeConfig:
         if self.spares < 0:
             raise ConfigError(f"spares must be 0 or more, got {self.spares}",
                               details={"setting": "spares"})
+        check_poison_after(self.poison_after)
 
     #: The settings a running deployment keeps: its registry's and its session store's.
     DEPLOYMENT = ("heartbeat_interval_s", "heartbeat_misses", "session_path",
-                  "session_resource", "session_options")
+                  "session_resource", "session_options", "poison_after")
 
     def given(self) -> list[str]:
         """The names of the settings that differ from their defaults."""
@@ -253,7 +260,8 @@ def init(address: str | None = None, config: RuntimeConfig | None = None,
     resource = cfg.session_resource
     if resource is None and SESSION_RESOURCE in cluster.resources():
         resource = SESSION_RESOURCE
-    cluster.start_registry(cfg.heartbeat_interval_s, cfg.heartbeat_misses, resource)
+    cluster.start_registry(cfg.heartbeat_interval_s, cfg.heartbeat_misses, resource,
+                           cfg.poison_after)
     where_db = Path(cfg.session_path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS))
     cluster.start_store(str(where_db.absolute()), resource, dict(cfg.session_options))
     runtime = Runtime(cluster, cfg.limits, owns_ray=starts)

@@ -5,7 +5,8 @@ session store. Every turn sent through :meth:`Session.request` goes to the other
 appended (numbered by the session's sequence), recorded as pending until its reply comes, and
 resent with the same request ID if the receiver dies mid-request; the receiver runs the handler of
 a session request at most once, replaying its recorded reply to a resend. The pending record
-always ends, once, as ``answered`` or ``cancelled``.
+always ends, once, as ``answered``, ``cancelled`` or (a request that killed its receiver's
+process too often: :class:`~reach.errors.PoisonMessage`) ``failed``.
 """
 
 from __future__ import annotations
@@ -87,9 +88,12 @@ class Session:
         The timeout is the session's negotiated one unless given. If the receiver dies
         mid-request, the same request is sent again once it is back (its handler runs at most
         once); if no answer comes before the deadline, the request is cancelled, with a notice
-        to the receiver.
+        to the receiver. A request that kills the receiver's next incarnation too (as many as
+        the deployment's ``poison_after``) is not sent a third time.
 
         Raises:
+            PoisonMessage: the request killed the receiver's process too often (the pending
+                record then ends ``failed``).
             ReachError: the receiver's error, or RequestTimeout / AgentUnavailable when no
                 answer came in time (the pending record then ends ``cancelled``).
         """

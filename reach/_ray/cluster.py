@@ -20,6 +20,7 @@ from actors.inbox import Inbox
 from actors.registry import Registry
 from actors.sessions import SessionStore
 from actors.supervisor import Supervisor
+from policies.poison import POISON_AFTER
 from reach._ray.calls import RayCall, RayPort, translate
 from reach._ray.ports import (
     RayA2ATasks,
@@ -343,13 +344,15 @@ class RayCluster(Cluster):
 
     # -- what only a driver does -------------------------------------------------------------
 
-    def start_registry(self, interval_s: float, misses: int, pin: str | None) -> RegistryPort:
+    def start_registry(self, interval_s: float, misses: int, pin: str | None,
+                       poison_after: int = POISON_AFTER) -> RegistryPort:
         """The registry, started unless it runs (two drivers at once get the same one)."""
         options: dict[str, Any] = {"name": REGISTRY_NAME, "namespace": self.namespace,
                                    "lifetime": "detached", "get_if_exists": True, "num_cpus": 0}
         if pin:  # where the session store is (the head, on a `ray up` cluster)
             options["resources"] = {pin: 0.001}
-        handle = _remote("registry").options(**options).remote(self, interval_s, misses)
+        handle = _remote("registry").options(**options).remote(self, interval_s, misses,
+                                                                poison_after)
         return self._started(REGISTRY_NAME, handle, RayRegistry)
 
     def start_store(self, path: str, pin: str | None, options: dict[str, Any]) -> SessionsPort:

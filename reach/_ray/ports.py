@@ -91,6 +91,10 @@ class RayHost(RayEndpoint, HostPort):
         """See :meth:`reach.ports.hosts.HostPort.count`."""
         return self.call("count")
 
+    def quarantine(self, agent_id: str, prints: dict[str, tuple[int, float]]) -> Awaitable[int]:
+        """See :meth:`reach.ports.hosts.HostPort.quarantine`."""
+        return self.call("quarantine", agent_id, prints)
+
     def stop(self, timeout_s: float = 5.0) -> Awaitable[None]:
         """See :meth:`reach.ports.hosts.HostPort.stop`."""
         return self.call("stop", timeout_s)
@@ -170,6 +174,11 @@ class RayRegistry(RayPort, RegistryPort):
     def configure(self, interval_s: float, misses: int) -> Awaitable[None]:
         """See :meth:`reach.ports.registry.RegistryPort.configure`."""
         return self.call("configure", interval_s, misses)
+
+    def report_kills(self, principal: str, data: bytes, sig: CallSignature,
+                     ) -> Awaitable[list[tuple[int, bool]]]:
+        """See :meth:`reach.ports.registry.RegistryPort.report_kills`."""
+        return self.call("report_kills", principal, data, sig)
 
     def dead_letter(self, letters: list[DeadLetter]) -> Awaitable[None]:
         """See :meth:`reach.ports.registry.RegistryPort.dead_letter`."""

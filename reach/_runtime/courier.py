@@ -5,7 +5,8 @@ Everything a process sends to an agent leaves through a courier: what a
 resent after a restart; a task's attempt; a remote agent's own request). A courier carries
 
 - a request until its reply (:meth:`Courier.call`): routed through the directory's cache, resent
-  while its agent moves between hosts, failed at its deadline;
+  while its agent moves between hosts, failed at its deadline; when its agent's process dies with
+  it in hands, the death is reported, and a request that is poison fails as such;
 - a notification (:meth:`Courier.post`), kept as a dead letter when it cannot be handed over;
 - a streamed request's chunks until the stream's end (:meth:`Courier.stream`).
 
@@ -25,7 +26,7 @@ from reach import clock
 from reach._runtime.directory import NOTIFY_HOLD_S
 from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
-from reach._runtime.transport import STREAM_END_SCHEMA, StaleRoute
+from reach._runtime.transport import STREAM_END_SCHEMA, Pending, StaleRoute
 from reach.errors import AgentUnavailable, RequestTimeout
 from reach.protocol import Envelope, MsgType
 from reach.schemas import PayloadLike
@@ -109,6 +110,8 @@ class Courier:
         Raises:
             AgentUnavailable: its agent's host is dead or unreachable, or it moved and was not
                 reachable again before the deadline (kept as a dead letter when not routable).
+            PoisonMessage: its agent died with it in hands in as many incarnations as the
+                deployment allows (``poison_after``), now or before: it is not delivered again.
             RequestTimeout: no reply before the deadline.
             ReachError: the error the receiver answered with, typed.
         """
@@ -128,10 +131,11 @@ class Courier:
         try:
             for attempt in range(MAX_RESENDS + 1):
                 try:
-                    endpoint = await link.directory.route(env.receiver, env.deadline)
+                    endpoint, epoch = await link.directory.locate(env.receiver, env.deadline)
                 except AgentUnavailable as exc:
                     link.directory.dead_letter([env], exc)
                     raise
+                pending: Pending | None = None
                 try:
                     pending = link.transport.expect(env, endpoint)
                     link.transport.post(endpoint, env)
@@ -155,8 +159,13 @@ class Courier:
                         ) from None
                     await asyncio.sleep(delay)
                     continue
-                except AgentUnavailable:
+                except AgentUnavailable as exc:
                     link.directory.drop(env.receiver)
+                    if pending is not None and pending.lost:
+                        # Its agent died with it in hands: the registry says if it is poison.
+                        poison = await link.kills.report(env, epoch)
+                        if poison is not None:
+                            raise poison from exc
                     raise
                 finally:
                     link.transport.forget(env.msg_id)
@@ -197,12 +206,13 @@ class Courier:
 
         Raises:
             AgentUnavailable: the agent moved or died mid-stream (retry the stream).
+            PoisonMessage: the agent died with it in hands too often (see :meth:`call`).
             RequestTimeout: the deadline passed before the stream ended.
             ReachError: an error mid-stream, after the chunks already sent.
         """
         agent_id = env.receiver
         transport, directory = self.link.transport, self.link.directory
-        endpoint = await directory.route(agent_id, env.deadline)
+        endpoint, epoch = await directory.locate(agent_id, env.deadline)
         pending = transport.expect(env, endpoint, stream=True)
         assert pending.chunks is not None
         try:
@@ -217,6 +227,10 @@ class Courier:
                     if isinstance(item, StaleRoute):
                         directory.drop(agent_id)
                         raise AgentUnavailable(f"agent {agent_id!r} moved; retry the stream")
+                    if isinstance(item, AgentUnavailable) and pending.lost:
+                        poison = await self.link.kills.report(env, epoch)
+                        if poison is not None:
+                            raise poison from item
                     raise item
                 if item.msg_type is MsgType.ERROR:
                     raise item.to_error()

@@ -18,7 +18,13 @@ from functools import partial
 from typing import Any, TypeVar
 
 from reach import clock
-from reach.errors import AgentNotFound, AgentUnavailable, NoCapableAgent, ReachError
+from reach.errors import (
+    AgentNotFound,
+    AgentUnavailable,
+    NoCapableAgent,
+    PoisonMessage,
+    ReachError,
+)
 from reach.ports.registry import RegistryPort
 from reach.protocol import Envelope
 from reach.records import AgentRecord, AgentStatus, DeadLetter
@@ -99,9 +105,19 @@ class Directory:
             AgentUnavailable: the agent is offline, or still restarting when waiting longer would
                 pass ``deadline`` (epoch seconds).
         """
+        return (await self.locate(agent_id, deadline))[0]
+
+    async def locate(self, agent_id: str, deadline: float | None = None) -> tuple[str, int]:
+        """The host endpoint of ``agent_id`` and the epoch of its incarnation there, as
+        :meth:`route` finds them.
+
+        Raises:
+            AgentNotFound: the registry has no such agent.
+            AgentUnavailable: the agent is offline, or still restarting past ``deadline``.
+        """
         hit = self._routes.get(agent_id)
         if hit is not None and hit[2] > clock.monotonic():
-            return hit[0]
+            return hit[0], hit[1]
         rec = await self._lookup_settled(agent_id, deadline)
         if rec is None:
             raise AgentNotFound(
@@ -125,7 +141,7 @@ class Directory:
         # A newer incarnation, or none came in time (nobody restarts it): wait no more.
         self._stale.pop(agent_id, None)
         self._routes[agent_id] = (rec.host, rec.epoch, clock.monotonic() + ROUTE_TTL_S)
-        return rec.host
+        return rec.host, rec.epoch
 
     async def _lookup_settled(self, agent_id: str, deadline: float | None) -> AgentRecord | None:
         """Looks an agent up, holding while its supervisor restarts it.
@@ -190,8 +206,9 @@ class Directory:
     def dead_letter(self, envelopes: list[Envelope], error: ReachError) -> None:
         """Records envelopes that could not be delivered, and why (fire and forget)."""
         at = clock.now()
+        kills = error.kills if isinstance(error, PoisonMessage) else 0
         letters = [DeadLetter(e.msg_id, e.msg_type.value, e.sender, e.receiver, e.trace_id,
-                              error.code, error.message, at) for e in envelopes]
+                              error.code, error.message, at, kills) for e in envelopes]
         for e in envelopes:
             log.warning("dead letter: %s %s from %s to %s: %s (trace %s)", e.msg_type.value,
                         e.msg_id, e.sender, e.receiver, error.message, e.trace_id)

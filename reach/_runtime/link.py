@@ -1,7 +1,7 @@
-"""A process's way to talk: its cluster, transport and directory, its local loads, and its way to
-the session store. Every process that sends (a driver, a host, a supervisor, a gateway replica,
-the session store) holds one :class:`Link`; what leaves through it goes by a
-:class:`~reach._runtime.courier.Courier`.
+"""A process's way to talk: its cluster, transport and directory, its local loads, its way to
+the session store, and its reports of agents that died with its requests in their hands. Every
+process that sends (a driver, a host, a supervisor, a gateway replica, the session store) holds
+one :class:`Link`; what leaves through it goes by a :class:`~reach._runtime.courier.Courier`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from policies.discovery import pick_least_loaded
 from reach._runtime.directory import Directory
+from reach._runtime.poison import KillReporter
 from reach._runtime.store import StoreClient
 from reach._runtime.transport import Transport
 from reach.ports.cluster import Cluster
@@ -43,6 +44,8 @@ class Link:
         self.inflight: Counter[str] = Counter()
         self._rotation = itertools.count()
         self.store = StoreClient(cluster)
+        # Reports the deaths of agents with this process's requests in their hands.
+        self.kills = KillReporter(directory.registry, transport.codec.guard, transport.endpoint)
 
     @property
     def max_hops(self) -> int:

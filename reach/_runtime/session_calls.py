@@ -4,8 +4,9 @@ answered or given up.
 
 A session request is recorded as pending in the session store before it is sent; it is sent, and
 resent with the same request ID while its receiver restarts, until answered (the record ends
-``answered`` and the reply is appended) or given up (it ends ``cancelled``, and the receiver is
-told to stop). The party that sent it resumes this after its own restart, from the record.
+``answered`` and the reply is appended), given up (it ends ``cancelled``, and the receiver is
+told to stop) or found poison (it ends ``failed``: it killed its receiver's process too often).
+The party that sent it resumes this after its own restart, from the record.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from policies.backoff import poll_delay
 from reach import clock
 from reach._runtime.courier import Courier
 from reach.agent import Agent
-from reach.errors import AgentUnavailable, ReachError
+from reach.errors import AgentUnavailable, PoisonMessage, ReachError
 from reach.ports.sessions import NewMessage
 from reach.protocol import Envelope
 
@@ -28,6 +29,8 @@ from reach.protocol import Envelope
 CANCEL_SCHEMA = "reach.cancel@1.0"
 #: Request every agent answers with its session limits (see ``Agent.session_limits``).
 LIMITS_SCHEMA = "reach.session.limits@1.0"
+#: How a pending session request ends that is poison (its other ends: answered, cancelled).
+FAILED = "failed"
 
 
 def turn(env: Envelope, kind: str) -> NewMessage:
@@ -40,6 +43,8 @@ async def finish(courier: Courier, env: Envelope) -> Envelope:
     """Sends (and resends) a recorded session request until it is answered or given up.
 
     Raises:
+        PoisonMessage: the request killed its receiver's process too often (the record then
+            ends ``failed``).
         ReachError: the receiver's error, or why no answer came (the request is then cancelled).
     """
     store = courier.link.store
@@ -55,6 +60,11 @@ async def finish(courier: Courier, env: Envelope) -> Envelope:
                 attempt += 1
                 continue
             await cancel(courier, env, exc)
+            raise
+        except PoisonMessage:
+            # Its receiver died of it, twice: nothing runs there to cancel, and it is not sent
+            # again (not even by this party after a restart of its own).
+            await store.port.resolve_pending(env.msg_id, FAILED)
             raise
         except ReachError as exc:
             await cancel(courier, env, exc)
@@ -81,4 +91,4 @@ def limits_payload(agent: Agent) -> Mapping[str, Any]:
     return asdict(agent.session_limits)
 
 
-__all__ = ["CANCEL_SCHEMA", "LIMITS_SCHEMA", "cancel", "finish", "limits_payload", "turn"]
+__all__ = ["CANCEL_SCHEMA", "FAILED", "LIMITS_SCHEMA", "cancel", "finish", "limits_payload", "turn"]

@@ -46,12 +46,18 @@ class StaleRoute(Exception):
 
 @dataclass
 class Pending:
-    """A request waiting for its reply (or for the chunks of a streamed reply)."""
+    """A request waiting for its reply (or for the chunks of a streamed reply).
+
+    Attributes:
+        lost: Set when it is failed because its endpoint died while it waited (its handler may
+            have had it in hands: the caller reports the death, see :mod:`reach._runtime.poison`).
+    """
 
     endpoint: str
     receiver: str
     future: asyncio.Future[Envelope] | None = None
     chunks: asyncio.Queue[Envelope | BaseException] | None = None
+    lost: bool = False
 
     def settle(self, outcome: Envelope | BaseException) -> None:
         """Delivers a reply, chunk or failure to whoever waits."""
@@ -205,8 +211,9 @@ class Transport:
         except ReachError as error:
             self._outboxes.pop(box.endpoint, None)
             unclaimed = [env for env in batch if env.msg_id not in self.pending]
+            died = isinstance(error, AgentUnavailable)
             for env in batch:
-                self._fail(env.msg_id, error, box.endpoint)
+                self._fail(env.msg_id, error, box.endpoint, lost=died)
             if unclaimed and self._on_undelivered is not None:
                 self._on_undelivered(unclaimed, error)
             if isinstance(error, AgentUnavailable):
@@ -237,18 +244,23 @@ class Transport:
         except ReachError as error:
             if env.msg_id not in self.pending and self._on_undelivered is not None:
                 self._on_undelivered([env], error)  # nobody waits for it: a dead letter
-            self._fail(env.msg_id, error, box.endpoint)
+            self._fail(env.msg_id, error, box.endpoint,
+                       lost=isinstance(error, AgentUnavailable))
             return
         self._received(not_here, replies, box.endpoint)
 
-    def _fail(self, msg_id: str, error: BaseException, endpoint: str | None = None) -> None:
+    def _fail(self, msg_id: str, error: BaseException, endpoint: str | None = None, *,
+              lost: bool = False) -> None:
         """Fails the request waiting for ``msg_id``; with ``endpoint``, only if it waits on
-        that endpoint (a resend of the same request to another host is not failed for it)."""
+        that endpoint (a resend of the same request to another host is not failed for it);
+        ``lost``: because that endpoint died."""
         pending = self.pending.get(msg_id)
         if pending is None or (endpoint is not None and pending.endpoint != endpoint):
             return
         if pending.chunks is None:
             del self.pending[msg_id]
+        if lost:
+            pending.lost = True
         pending.settle(error)
 
     # -- receiving -----------------------------------------------------------------------------
@@ -304,7 +316,7 @@ class Transport:
         await asyncio.sleep(WATCH_GRACE_S)
         for msg_id, pending in waiting:
             if self.pending.get(msg_id) is pending:
-                self._fail(msg_id, error)
+                self._fail(msg_id, error, lost=True)
 
     def _forget_endpoint(self, endpoint: str) -> None:
         self._outboxes.pop(endpoint, None)
@@ -317,7 +329,7 @@ class Transport:
         self._forget_endpoint(endpoint)
         for msg_id, pending in list(self.pending.items()):
             if pending.endpoint == endpoint:
-                self._fail(msg_id, error)
+                self._fail(msg_id, error, lost=True)
 
     def queued(self) -> int:
         """Envelopes queued in the outboxes that have not left yet."""

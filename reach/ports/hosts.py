@@ -63,6 +63,13 @@ class HostPort(Endpoint, Protocol):
         """How many agents are here."""
         ...
 
+    def quarantine(self, agent_id: str, prints: dict[str, tuple[int, float]]) -> Awaitable[int]:
+        """Refuses from now on, as ``poison``, the requests to ``agent_id`` whose content has
+        one of these fingerprints (each with the incarnations it killed and the seconds its
+        quarantine lasts), whether the agent is here yet or not; how many are quarantined for
+        it now."""
+        ...
+
     def stop(self, timeout_s: float = 5.0) -> Awaitable[None]:
         """Removes every agent gracefully and releases the watches."""
         ...

@@ -57,7 +57,8 @@ class RegistryPort(Protocol):
       in the arguments' order: :meth:`register_many` (``[records, exclusive]``),
       :meth:`deregister` (``[agent_ids, host]``), :meth:`mark` (``[agent_ids, status]``),
       :meth:`heartbeat` (``{agent_id: load}``: the unknown agents of every shard, the smallest
-      interval, the ACL's version from its home shard);
+      interval, the ACL's version from its home shard), :meth:`report_kills` (the reports,
+      each by its agent);
     - to every shard, merging the answers: :meth:`discover` (the union, ranked again with the
       same policy), :meth:`agents` (sorted by agent ID), :meth:`hosts` (the union),
       :meth:`dead_letters` (the last ``limit`` by time), :meth:`stats` (summed),
@@ -122,6 +123,14 @@ class RegistryPort(Protocol):
 
     def configure(self, interval_s: float, misses: int) -> Awaitable[None]:
         """Changes the heartbeat interval and miss count."""
+        ...
+
+    def report_kills(self, principal: str, data: bytes, sig: CallSignature,
+                     ) -> Awaitable[list[tuple[int, bool]]]:
+        """Deaths of agents' incarnations with requests in their hands (signed list of
+        ``[agent_id, epoch, fingerprint, request_id, sender, trace_id, schema]``, by the process
+        that waited for the replies): for each, the incarnations its request killed lately and
+        whether it is now quarantined (``poison``) for the agent."""
         ...
 
     def dead_letter(self, letters: list[DeadLetter]) -> Awaitable[None]:

@@ -105,7 +105,8 @@ class SessionsPort(Protocol):
         ...
 
     def resolve_pending(self, request_id: str, status: str) -> Awaitable[bool]:
-        """Ends a pending request (``answered`` or ``cancelled``); False if it had ended."""
+        """Ends a pending request (``answered``, ``cancelled`` or ``failed``); False if it had
+        ended."""
         ...
 
     def pending_for(self, agent_id: str) -> Awaitable[list[PendingRequest]]:
@@ -113,7 +114,7 @@ class SessionsPort(Protocol):
         ...
 
     def pending_status(self, request_id: str) -> Awaitable[str | None]:
-        """``open``, ``answered`` or ``cancelled`` (None if never recorded)."""
+        """``open``, ``answered``, ``cancelled`` or ``failed`` (None if never recorded)."""
         ...
 
     def reply_for(self, request_id: str) -> Awaitable[RecordedReply | None]:

@@ -116,6 +116,9 @@ class RemoteHostClient(RemoteHostPort):
     def count(self) -> Awaitable[int]:
         return cast("Awaitable[int]", self.process.call("count"))
 
+    def quarantine(self, agent_id: str, prints: dict[str, tuple[int, float]]) -> Awaitable[int]:
+        return cast("Awaitable[int]", self.process.call("quarantine", agent_id, prints))
+
     def stop(self, timeout_s: float = 5.0) -> Awaitable[None]:
         return cast("Awaitable[None]", self.process.call("stop", timeout_s))
 

@@ -20,6 +20,7 @@ from actors.registry import Registry
 from actors.session_storage import SqliteStorage
 from actors.sessions import SessionStore
 from actors.supervisor import Supervisor
+from policies.poison import POISON_AFTER
 from reach._runtime.inline_sqlite import inline_connect
 from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
 from reach.driver import Driver
@@ -98,6 +99,7 @@ class FakeCluster(Cluster):
         heartbeat_misses: Beats a host may miss before its agents are offline.
         folder: Where the session store's (in-memory) database is named, and keyrings are kept.
         restart_delay_s: How long the registry or the store takes to come back after it died.
+        poison_after: Incarnations of an agent a request may kill before it is quarantined.
 
     Attributes:
         calls: How many calls each ``(process name, method)`` received.
@@ -106,13 +108,13 @@ class FakeCluster(Cluster):
     def __init__(self, security: SecurityConfig | None = None, *,
                  nodes: Sequence[str] = ("node-a", "node-b"), heartbeat_interval_s: float = 1.0,
                  heartbeat_misses: int = 3, folder: Path | None = None,
-                 restart_delay_s: float = 1.5) -> None:
+                 restart_delay_s: float = 1.5, poison_after: int = POISON_AFTER) -> None:
         self.security = security or SecurityConfig(sign=False)
         self.restart_delay_s = restart_delay_s
         self._nodes = dict.fromkeys(nodes, True)
         self._node_resources: dict[str, dict[str, float]] = {n: {"CPU": 2.0} for n in nodes}
         self._procs: dict[str, _Proc] = {}
-        self._settings = (heartbeat_interval_s, heartbeat_misses)
+        self._settings = (heartbeat_interval_s, heartbeat_misses, poison_after)
         self._folder = folder or Path(tempfile.gettempdir())
         self.calls: Counter[tuple[str, str]] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -142,9 +144,9 @@ class FakeCluster(Cluster):
             return task
 
         loop.set_task_factory(factory)
-        interval, misses = self._settings
-        self._start(REGISTRY_NAME, lambda: Registry(self, interval, misses), self.driver_node,
-                    restarts=True)
+        interval, misses, poison_after = self._settings
+        self._start(REGISTRY_NAME, lambda: Registry(self, interval, misses, poison_after),
+                    self.driver_node, restarts=True)
         db = self._folder / "sessions.db"
         self._start(STORE_NAME, lambda: SessionStore(
             self, str(db), storage=SqliteStorage(db, connect=inline_connect)),

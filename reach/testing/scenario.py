@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from policies.poison import POISON_AFTER
 from reach import clock
 from reach._runtime.virtual_time import VirtualClock, VirtualLoop
 from reach.security.guard import SecurityConfig
@@ -18,7 +19,8 @@ T = TypeVar("T")
 
 def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
         security: SecurityConfig | None = None, nodes: Sequence[str] = ("node-a", "node-b"),
-        heartbeat_interval_s: float = 1.0, heartbeat_misses: int = 3) -> T:
+        heartbeat_interval_s: float = 1.0, heartbeat_misses: int = 3,
+        poison_after: int = POISON_AFTER) -> T:
     """Runs ``scenario`` on a fresh :class:`FakeCluster`, on virtual time; returns its result.
 
     Every task still running when the scenario returns (heartbeats, watches) is cancelled, and
@@ -30,7 +32,8 @@ def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
         asyncio.set_event_loop(loop)
         with tempfile.TemporaryDirectory() as tmp:
             fake = FakeCluster(security, nodes=nodes, heartbeat_interval_s=heartbeat_interval_s,
-                               heartbeat_misses=heartbeat_misses, folder=Path(tmp))
+                               heartbeat_misses=heartbeat_misses, folder=Path(tmp),
+                               poison_after=poison_after)
 
             async def main() -> T:
                 fake.install(asyncio.get_running_loop())

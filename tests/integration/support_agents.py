@@ -148,6 +148,12 @@ class Life(BaseModel):
     calls: int = 0
 
 
+def crash_order() -> Text:
+    """A request that makes a Worker end its process: of its own content each time, since
+    the same request killing two incarnations of an agent is poison, and not delivered again."""
+    return Text(text=f"crash {os.urandom(4).hex()}")
+
+
 class Worker(reach.Agent):
     """A supervised agent that can report who it is, crash, quit, fail, or be slow."""
 
@@ -171,7 +177,7 @@ class Worker(reach.Agent):
     @reach.handler(Text, returns=Text)
     async def act(self, ctx: reach.Context, m: Text) -> Text:
         self.calls += 1
-        if m.text == "crash":
+        if m.text.split(" ", 1)[0] == "crash":
             os._exit(1)
         if m.text == "quit":
             self.exit(normal=True)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import ray
 from ray_helpers import kill_and_wait, wait_until
-from support_agents import Echo, Life, Recorder, Slow, Text, Worker
+from support_agents import Echo, Life, Recorder, Slow, Text, Worker, crash_order
 
 import reach
 from policies.tasks import TaskState
@@ -40,7 +40,7 @@ async def restarted(rt: Any, agent_id: str) -> None:
     """Crashes a supervised agent and waits until a new incarnation answers."""
     before = await life(rt, agent_id)
     with pytest.raises(reach.AgentUnavailable):
-        await rt.client.request(agent_id, Text(text="crash"), timeout_ms=20_000)
+        await rt.client.request(agent_id, crash_order(), timeout_ms=20_000)
 
     async def new() -> bool:
         try:

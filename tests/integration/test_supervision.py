@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from ray_helpers import wait_until
-from support_agents import Life, Text, Worker
+from support_agents import Life, Text, Worker, crash_order
 
 import reach
 from reach import ChildSpec, Intensity, RestartType, Strategy, SupervisorSpec, SupervisorState
@@ -53,7 +53,7 @@ async def changed(rt: Any, agent_id: str, before: Life) -> Life:
 
 async def crash(rt: Any, agent_id: str) -> None:
     with pytest.raises(reach.AgentUnavailable):
-        await rt.client.request(agent_id, Text(text="crash"), timeout_ms=20_000)
+        await rt.client.request(agent_id, crash_order(), timeout_ms=20_000)
 
 
 def tree(name: str, *children: ChildSpec | SupervisorSpec, **kw: Any) -> SupervisorSpec:

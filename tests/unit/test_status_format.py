@@ -177,7 +177,7 @@ def test_the_report_is_json_serialisable_with_kinds_that_tell_children_apart() -
     assert data["recent_letters"] == [{
         "msg_id": "m1", "msg_type": "request", "sender": "driver:5c1e", "receiver": "ghost-1",
         "trace_id": "t", "code": "agent_not_found", "reason": "no agent 'ghost-1' is registered",
-        "at": 1000.0}]
+        "at": 1000.0, "kills": 0}]
 
 
 async def answer(value: T) -> T:
