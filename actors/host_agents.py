@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from policies.acl import Acl
+from policies.priorities import aligned_priorities
 from reach._runtime.directory import Directory
 from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
@@ -56,6 +57,9 @@ class HostedAgents:
         # The shape this host is a warm spare of, while it is one (empty, offered).
         self.spare_shape: str | None = None
         self.epochs: dict[str, int] = {}
+        # The capability priorities given to agents here when they were added (by tag), in
+        # place of their classes' own.
+        self.priorities: dict[str, dict[str, int]] = {}
         self.interval_s = 10.0
         self._heartbeat: asyncio.Task[None] | None = None
         self._stopped: asyncio.Event | None = None
@@ -80,14 +84,18 @@ class HostedAgents:
             self._stopped = asyncio.Event()
         return self._stopped
 
-    async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
-                         ) -> list[AgentRecord]:
+    async def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+        kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+        priorities: Mapping[str, int] | None = None,
+    ) -> list[AgentRecord]:
         """Constructs, starts and registers agents; returns their registry records.
 
         ``epochs`` are the least epochs the new incarnations may have (a supervisor passes its
         child's last epoch plus one, so that epochs never go backwards, not even after the
-        registry restarted and forgot them).
+        registry restarted and forgot them). ``priorities``, by capability tag, replace those the
+        class declares (checked by whoever gives them: see
+        :func:`policies.priorities.resolve_priorities`).
 
         Raises:
             AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
@@ -103,6 +111,11 @@ class HostedAgents:
         for agent_id, epoch in (epochs or {}).items():
             if agent_id in agent_ids:
                 self.epochs[agent_id] = max(self.epochs.get(agent_id, 0), epoch)
+        for agent_id in agent_ids:
+            if priorities is None:
+                self.priorities.pop(agent_id, None)
+            else:
+                self.priorities[agent_id] = dict(priorities)
         try:
             return await self._add(cls, agent_ids, args, kwargs)
         finally:
@@ -125,7 +138,8 @@ class HostedAgents:
         for entry, epoch in zip(entries, epochs, strict=True):
             self.epochs[entry["agent_id"]] = epoch
             records.append(AgentRecord(entry["agent_id"], tuple(entry["capabilities"]),
-                                       entry["description"], self.name, self.node, epoch=epoch))
+                                       entry["description"], self.name, self.node, epoch=epoch,
+                                       priorities=tuple(entry.get("priorities", ()))))
         self.runners.update(fresh)
         self.spare_shape = None  # a spare given agents is one no more
         loop = asyncio.get_running_loop()
@@ -170,9 +184,15 @@ class HostedAgents:
         return sum(r.cancel(why, trace_id) for r in self.runners.values())
 
     def _entry(self, agent: Agent) -> dict[str, Any]:
-        return {"agent_id": agent.id, "capabilities": list(agent.capabilities),
-                "description": agent.description, "host": self.name, "node": self.node,
-                "epoch": self.epochs.get(agent.id, 0)}
+        tags = tuple(agent.capabilities)
+        entry = {"agent_id": agent.id, "capabilities": list(tags),
+                 "description": agent.description, "host": self.name, "node": self.node,
+                 "epoch": self.epochs.get(agent.id, 0)}
+        ranked = aligned_priorities(tags, self.priorities.get(agent.id,
+                                                              agent.capability_priorities))
+        if ranked:  # left out when all are primaries, as before priorities existed
+            entry["priorities"] = list(ranked)
+        return entry
 
     async def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> int:
         """Deregisters agents first, lets their in-flight handlers finish, then drops them.
@@ -192,6 +212,8 @@ class HostedAgents:
         except Exception as exc:  # the registry may be restarting; its table rebuilds anyway
             log.warning("deregistering %s failed: %s", here, exc)
         runners = [self.runners.pop(i) for i in here]
+        for agent_id in here:
+            self.priorities.pop(agent_id, None)
         self.down.difference_update(here)
         await asyncio.gather(*(r.stop(timeout_s) for r in runners))
         await self.transport.flush()  # the last replies leave before anyone kills this host

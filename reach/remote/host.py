@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from actors.host import AgentHost
@@ -105,9 +106,11 @@ class RemoteHost(AgentHost):
 
     # -- joining and leaving -----------------------------------------------------------------
 
-    async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
-                         ) -> list[AgentRecord]:
+    async def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+        kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+        priorities: Mapping[str, int] | None = None,
+    ) -> list[AgentRecord]:
         """Remote agents join by connecting, never by being spawned here.
 
         Raises:
