@@ -40,7 +40,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.host import AgentHost
-from policies.discovery import pick_least_loaded
 from policies.sessions import PendingAction
 from reach import clock
 from reach._runtime.courier import Courier
@@ -406,10 +405,9 @@ class RemoteHost(AgentHost):
         error) is queued for the agent."""
         try:
             if env.receiver.startswith(CAPABILITY_PREFIX):
-                holders = await self.directory.holders(env.receiver[len(CAPABILITY_PREFIX):],
-                                                       None)
-                (picked,) = pick_least_loaded(holders, 1, local_load=self.link.inflight,
-                                              tiebreak=self.link.next_tiebreak())
+                capability = env.receiver[len(CAPABILITY_PREFIX):]
+                holders = await self.directory.holders(capability, None)
+                (picked,) = self.link.pick(capability, holders)
                 env = env.model_copy(update={"receiver": picked.agent_id})
             if env.msg_type is MsgType.REQUEST:
                 # The client's send path: routing, resends while the receiver moves, deadline.
