@@ -1,20 +1,25 @@
 """Failover by capability priority on the fake cluster: a primary takes every send by capability
 while it is live, a backup takes them while it is not, and the primary's return takes them back;
-discovery, fanout and supervised tasks follow the same order (virtual time, no Ray)."""
+discovery, fanout, supervised tasks and the gateway's router follow the same order (virtual
+time, no Ray)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel
 
 import reach
 from policies.tasks import TaskState
 from reach.errors import ConfigError, Severity
+from reach.gateway.deploy import start_gateway
+from reach.gateway.server import GatewayServer
 from reach.records import AgentStatus
 from reach.testing import FakeCluster, eventually, run
+from reach.web.options import GatewayOptions
 
 
 @reach.schema("prio.ask@1.0")
@@ -249,5 +254,30 @@ def test_a_task_by_capability_fails_over_from_the_primary_to_the_backup_and_star
         assert ok.value is not None
         assert ok.value.by == "t-primary"
         await sup.stop()
+
+    run(scenario)
+
+
+def test_the_gateways_router_sends_by_capability_to_the_primary() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Refunds, "gw-backup", placement=pool("gwa"), priority=1)
+        await rt.spawn(Refunds, "gw-primary", placement=pool("gwb"))
+        start_gateway(fake, GatewayOptions(auth=False))
+        server: GatewayServer = fake.services["reach-gateway"]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(server.app),
+                                     base_url="http://gw",
+                                     headers={"A2A-Version": "1.0"}) as client:
+            for rid in range(5):
+                message = {"messageId": f"m-{rid}", "role": "ROLE_USER",
+                           "parts": [{"data": {"text": "refund"}}],
+                           "metadata": {"capability": "refund.issue"}}
+                reply = await client.post("/", json={"jsonrpc": "2.0", "id": rid,
+                                                      "method": "SendMessage",
+                                                      "params": {"message": message}})
+                task = reply.json()["result"]["task"]
+                assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+                assert task["artifacts"][0]["parts"][0]["data"]["by"] == "gw-primary"
+        await server.close()
 
     run(scenario)
