@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.host import AgentHost
+from policies.priorities import aligned_priorities
 from policies.sessions import PendingAction
 from reach import clock
 from reach._runtime.courier import Courier
@@ -235,9 +236,13 @@ class RemoteHost(AgentHost):
                            message=f"agent {agent_id!r} is online already: {why}")
 
     def _remote_entry(self, agent: RemoteAgent) -> dict[str, Any]:
-        return {"agent_id": agent.id, "capabilities": list(agent.capabilities),
-                "description": agent.description, "host": self.name, "node": self.node,
-                "epoch": self.epochs.get(agent.id, 0)}
+        entry = {"agent_id": agent.id, "capabilities": list(agent.capabilities),
+                 "description": agent.description, "host": self.name, "node": self.node,
+                 "epoch": self.epochs.get(agent.id, 0)}
+        ranked = aligned_priorities(agent.capabilities, agent.declaration.priorities)
+        if ranked:  # left out when all are primaries, as a host's own entries
+            entry["priorities"] = list(ranked)
+        return entry
 
     async def refused(self, principal: str, agent_id: str, reason: str) -> None:
         """See :meth:`reach.remote.ports.RemoteHostPort.refused`."""

@@ -1,5 +1,6 @@
-"""Capability priorities, as pure rules: declaring and checking them, the priority a holder holds
-a query at, the order discovery lists holders in, and which holders a send picks."""
+"""Capability priorities, as pure rules: declaring and checking them (on an agent class, a child
+spec, a remote agent's hello), the priority a holder holds a query at, the order discovery lists
+holders in, and which holders a send picks."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ from policies.priorities import (
     check_priorities,
     resolve_priorities,
 )
-from reach.errors import ConfigError
+from reach.errors import CodecError, ConfigError
 from reach.records import AgentRecord, AgentStatus
+from reach.remote.agent_runner import declaration_of
+from reach.remote.frames import Declaration, Hello
 
 
 def holder(agent_id: str, caps: dict[str, int] | tuple[str, ...], *, load: int = 0,
@@ -280,3 +283,29 @@ def test_a_record_with_priorities_stays_a_plain_frozen_record() -> None:
     assert pickle.loads(pickle.dumps(rec)) == rec
     assert hash(rec) == hash(AgentRecord("a", ("x", "y"), status=AgentStatus.RESTARTING,
                                          priorities=(0, 1)))
+
+
+# -- in a remote agent's hello ------------------------------------------------------------------
+
+
+class RemoteRefunds(reach.Agent):
+    capabilities = {"refund.issue": 1, "refund.status": 0}  # noqa: RUF012 - read once, as defined
+
+
+def test_a_remote_agents_declaration_carries_its_priorities_other_than_0() -> None:
+    declared = declaration_of(RemoteRefunds)
+    assert declared.capabilities == ("refund.issue", "refund.status")
+    assert declared.priorities == {"refund.issue": 1}
+    assert aligned_priorities(declared.capabilities, declared.priorities) == (1, 0)
+    assert Declaration.model_validate_json('{"capabilities": ["a"]}').priorities == {}
+
+
+@pytest.mark.parametrize("priorities", ['{"a": -1}', '{"a": true}', '{"a": 1.5}', '{"b": 1}'])
+def test_a_remote_agent_declaring_a_bad_priority_is_refused_as_a_malformed_declaration(
+    priorities: str,
+) -> None:
+    text = f'{{"capabilities": ["a"], "priorities": {priorities}}}'
+    hello = Hello(agent_id="r-1", ts=0, nonce="ab" * 16, declaration=text, sig="")
+    with pytest.raises(CodecError) as err:
+        hello.declared()
+    assert err.value.details["rule"] == "declaration"
