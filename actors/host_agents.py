@@ -16,7 +16,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from policies.acl import Acl
-from policies.priorities import aligned_priorities
+from policies.priorities import aligned_priorities, resolve_priorities
 from reach._runtime.directory import Directory
 from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
@@ -57,8 +57,8 @@ class HostedAgents:
         # The shape this host is a warm spare of, while it is one (empty, offered).
         self.spare_shape: str | None = None
         self.epochs: dict[str, int] = {}
-        # The capability priorities given to agents here when they were added (by tag), in
-        # place of their classes' own.
+        # The capability priorities given to agents here when they were added (resolved by
+        # tag), in place of their classes' own.
         self.priorities: dict[str, dict[str, int]] = {}
         self.interval_s = 10.0
         self._heartbeat: asyncio.Task[None] | None = None
@@ -87,19 +87,20 @@ class HostedAgents:
     async def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
         self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
-        priorities: Mapping[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
     ) -> list[AgentRecord]:
         """Constructs, starts and registers agents; returns their registry records.
 
         ``epochs`` are the least epochs the new incarnations may have (a supervisor passes its
         child's last epoch plus one, so that epochs never go backwards, not even after the
-        registry restarted and forgot them). ``priorities``, by capability tag, replace those the
-        class declares (checked by whoever gives them: see
+        registry restarted and forgot them). ``priority`` replaces the capability priorities
+        the class declares (one for every capability of each agent, or one by tag: see
         :func:`policies.priorities.resolve_priorities`).
 
         Raises:
             AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
-            ConfigError: an ID uses a prefix reserved for reach's own processes.
+            ConfigError: an ID uses a prefix reserved for reach's own processes, or
+                ``priority`` names a capability an agent does not hold.
             Exception: whatever an agent's constructor or on_start raised.
         """
         check_agent_ids(*agent_ids)  # reach's own names: an agent may not sign as one of them
@@ -111,23 +112,24 @@ class HostedAgents:
         for agent_id, epoch in (epochs or {}).items():
             if agent_id in agent_ids:
                 self.epochs[agent_id] = max(self.epochs.get(agent_id, 0), epoch)
-        for agent_id in agent_ids:
-            if priorities is None:
-                self.priorities.pop(agent_id, None)
-            else:
-                self.priorities[agent_id] = dict(priorities)
         try:
-            return await self._add(cls, agent_ids, args, kwargs)
+            return await self._add(cls, agent_ids, args, kwargs, priority)
         finally:
             self._adding.difference_update(agent_ids)
 
     async def _add(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> list[AgentRecord]:
+                   kwargs: dict[str, Any], priority: int | Mapping[str, int] | None,
+                   ) -> list[AgentRecord]:
         fresh: dict[str, AgentRunner] = {}
         for agent_id in agent_ids:
             agent = cls(*args, **kwargs)
             agent.id = agent_id
             agent._reach_hooks = self._hooks
+            if priority is None:
+                self.priorities.pop(agent_id, None)
+            else:  # against the agent's own tags: an A2A proxy's are its instance's
+                self.priorities[agent_id] = resolve_priorities(
+                    tuple(agent.capabilities), agent.capability_priorities, priority)
             await agent.on_start()
             fresh[agent_id] = AgentRunner(agent, self.link, Context, audit=self._audit,
                                            refused=self._audit_refusal)

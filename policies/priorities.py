@@ -1,8 +1,10 @@
 """Capability priorities: which holder of a capability is its primary and which its backups.
 
 An agent declares a priority per capability (``capabilities = {"refund.issue": 0,
-"refund.status": 1}``), or is given one when it is spawned or supervised (``priority=``): 0 is
-the primary (:data:`PRIMARY`), 1, 2... its backups, tried in that order. Records carry them in
+"refund.status": 1}``), or is given one when it is spawned or supervised (``priority=``: checked
+as it is given, by :func:`check_priority`, and resolved where the agent starts, against its own
+capabilities, by :func:`resolve_priorities`): 0 is the primary (:data:`PRIMARY`), 1, 2... its
+backups, tried in that order. Records carry them in
 the order of the capabilities (:func:`aligned_priorities`), empty when all are primaries, so that
 an agent without priorities costs nothing more. How discovery and sends use them is
 :mod:`policies.discovery`'s. Everything here is pure.
@@ -45,11 +47,26 @@ def check_priorities(tags: Sequence[str], given: int | Mapping[str, int]) -> dic
     return {tag: _checked(tag, value) for tag, value in given.items()}
 
 
+def check_priority(given: int | Mapping[str, int], tags: Sequence[str] = ()) -> None:
+    """Checks a priority given to an agent before it starts: every value, and the tags a mapping
+    names against the ``tags`` its class declares (when it declares none, its instances hold
+    their own tags: those are checked where it starts, by :func:`resolve_priorities`).
+
+    Raises:
+        ConfigError: as :func:`check_priorities`.
+    """
+    if isinstance(given, Mapping):
+        check_priorities(tags or tuple(given), given)
+    else:
+        _checked("", given)
+
+
 def _checked(tag: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < PRIMARY:
+        what = f"capability {tag!r}" if tag else "every capability"
         raise ConfigError(
-            f"the priority of capability {tag!r} must be an int of at least 0 (0 the primary, "
-            f"1, 2... backups), not {value!r}",
+            f"the priority of {what} must be an int of at least 0 (0 the primary, 1, 2... "
+            f"backups), not {value!r}",
             details={"setting": "priority", "capability": tag, "priority": repr(value)})
     return value
 
@@ -87,4 +104,5 @@ def aligned_priorities(tags: Sequence[str], priorities: Mapping[str, int] | Sequ
     return out if any(out) else ()
 
 
-__all__ = ["PRIMARY", "aligned_priorities", "check_priorities", "resolve_priorities"]
+__all__ = ["PRIMARY", "aligned_priorities", "check_priorities", "check_priority",
+           "resolve_priorities"]

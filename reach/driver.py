@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from policies.acl import Acl
-from policies.priorities import resolve_priorities
+from policies.priorities import check_priority
 from policies.sessions import Terms
 from reach._runtime.directory import Directory
 from reach._runtime.metrics import metrics
@@ -165,11 +165,11 @@ class Driver:
             ConfigError: ``priority`` is not valid for the class's capabilities.
             Exception: what an agent's constructor or ``on_start`` raised.
         """
-        priorities = None if priority is None else resolve_priorities(
-            tuple(cls.capabilities), cls.capability_priorities, priority)
+        if priority is not None:
+            check_priority(priority, tuple(cls.capabilities))
         self._ensure_polling()
         records = await self.spawner.spawn(cls, agent_ids, placement or Dedicated(), args,
-                                           kwargs, priorities=priorities)
+                                           kwargs, priority=priority)
         for record in records:
             self.directory.learn(record)
         return records

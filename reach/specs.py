@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.backoff import Backoff
-from policies.priorities import resolve_priorities
+from policies.priorities import check_priority
 from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach.agent import Agent
@@ -60,18 +60,8 @@ class ChildSpec:
     priority: int | Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
-        self.priorities()  # a bad priority is refused here, not at the child's first start
-
-    def priorities(self) -> dict[str, int] | None:
-        """The priority of each of its capabilities by tag, when ``priority`` is given.
-
-        Raises:
-            ConfigError: ``priority`` is not valid for the class's capabilities.
-        """
-        if self.priority is None:
-            return None
-        return resolve_priorities(tuple(self.agent.capabilities),
-                                  self.agent.capability_priorities, self.priority)
+        if self.priority is not None:  # refused here, not at the child's first start
+            check_priority(self.priority, tuple(self.agent.capabilities))
 
     @property
     def child_id(self) -> str:

@@ -72,11 +72,11 @@ class RayHost(RayEndpoint, HostPort):
     def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
         self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
         kwargs: dict[str, object], epochs: dict[str, int] | None = None,
-        priorities: Mapping[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
     ) -> Awaitable[list[AgentRecord]]:
         """See :meth:`reach.ports.hosts.HostPort.add_agents`."""
         return self.call("add_agents", ship(cls), agent_ids, args, kwargs, epochs,
-                         priorities=priorities)
+                         priority=priority)
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:
         """See :meth:`reach.ports.hosts.HostPort.remove_agents`."""

@@ -109,7 +109,7 @@ class RemoteHost(AgentHost):
     async def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
         self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
-        priorities: Mapping[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
     ) -> list[AgentRecord]:
         """Remote agents join by connecting, never by being spawned here.
 

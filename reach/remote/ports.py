@@ -101,11 +101,11 @@ class RemoteHostClient(RemoteHostPort):
     def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
         self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
         kwargs: dict[str, object], epochs: dict[str, int] | None = None,
-        priorities: Mapping[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
     ) -> Awaitable[list[AgentRecord]]:
         return cast("Awaitable[list[AgentRecord]]",
                     self.process.call("add_agents", cls, agent_ids, args, kwargs, epochs,
-                                      priorities))
+                                      priority))
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:
         return cast("Awaitable[int]", self.process.call("remove_agents", agent_ids, timeout_s))

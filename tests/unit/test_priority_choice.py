@@ -1,12 +1,14 @@
 """Capability priorities, as pure rules: declaring and checking them (on an agent class, a child
-spec, a remote agent's hello), the priority a holder holds a query at, the order discovery lists
-holders in, and which holders a send picks."""
+spec, a remote agent's hello, an A2A proxy), the priority a holder holds a query at, the order
+discovery lists holders in, and which holders a send picks."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
 import pytest
+from a2a.types.a2a_pb2 import AgentCard, AgentInterface, AgentSkill
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,8 +24,10 @@ from policies.priorities import (
     PRIMARY,
     aligned_priorities,
     check_priorities,
+    check_priority,
     resolve_priorities,
 )
+from reach.a2a.client.proxy import proxy_spec
 from reach.errors import CodecError, ConfigError
 from reach.records import AgentRecord, AgentStatus
 from reach.remote.agent_runner import declaration_of
@@ -269,13 +273,29 @@ def test_an_agent_class_declaring_a_negative_priority_is_refused_as_it_is_define
 
 
 def test_a_child_spec_with_a_bad_priority_is_refused_when_it_is_made() -> None:
-    assert reach.ChildSpec(Refunds, "r-1", priority=2).priorities() == {
-        "refund.issue": 2, "refund.status": 2}
-    assert reach.ChildSpec(Refunds, "r-1").priorities() is None
-    with pytest.raises(ConfigError):
+    assert reach.ChildSpec(Refunds, "r-1", priority=2).priority == 2
+    assert reach.ChildSpec(Refunds, "r-1", priority={"refund.status": 0}).priority == {
+        "refund.status": 0}
+    with pytest.raises(ConfigError, match="every capability must be an int of at least 0"):
         reach.ChildSpec(Refunds, "r-1", priority=-2)
     with pytest.raises(ConfigError, match="not one of the agent's capabilities"):
         reach.ChildSpec(Refunds, "r-1", priority={"order.query": 1})
+
+
+class Tagless(reach.Agent):
+    """An agent whose instances hold their own tags (as an A2A proxy does)."""
+
+
+def test_a_priority_for_an_agent_whose_class_declares_no_tags_is_checked_for_its_values_only(
+) -> None:
+    check_priority({"any.tag": 1})  # the tags are the instance's: checked where it starts
+    check_priority(3)
+    assert reach.ChildSpec(Tagless, "t-1", priority={"remote.skill": 1}).priority == {
+        "remote.skill": 1}
+    with pytest.raises(ConfigError, match=r"'any\.tag' must be an int"):
+        check_priority({"any.tag": -1})
+    with pytest.raises(ConfigError):
+        reach.ChildSpec(Tagless, "t-1", priority=True)
 
 
 def test_a_record_with_priorities_stays_a_plain_frozen_record() -> None:
@@ -309,3 +329,16 @@ def test_a_remote_agent_declaring_a_bad_priority_is_refused_as_a_malformed_decla
     with pytest.raises(CodecError) as err:
         hello.declared()
     assert err.value.details["rule"] == "declaration"
+
+
+def test_a_remote_a2a_agents_proxy_takes_a_priority_for_its_cards_capabilities() -> None:
+    card = AgentCard(name="Refund Agent", description="Issues refunds.", version="1",
+                     supported_interfaces=[AgentInterface(url="http://remote.example/a2a",
+                                                          protocol_binding="JSONRPC",
+                                                          protocol_version="1.0")],
+                     skills=[AgentSkill(id="refunds.issue", name="Refund")])
+    spec = asyncio.run(proxy_spec(card, priority={"refunds.issue": 1}))
+    assert spec.priority == {"refunds.issue": 1}
+    assert asyncio.run(proxy_spec(card, priority=2)).priority == 2
+    with pytest.raises(ConfigError, match="not one of the agent's capabilities"):
+        asyncio.run(proxy_spec(card, priority={"orders.query": 1}))

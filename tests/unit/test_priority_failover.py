@@ -62,6 +62,17 @@ class Refunds(reach.Agent):
         return Answer(by=self.id, incarnation=STARTS[self.id])
 
 
+class OwnTags(reach.Agent):
+    """An agent whose capabilities are its instance's, as an A2A proxy's are its card's."""
+
+    def __init__(self, tags: tuple[str, ...]) -> None:
+        self.__dict__.update(capabilities=tags)
+
+    @reach.handler(Ask, returns=Answer)
+    async def ask(self, ctx: reach.Context, m: Ask) -> Answer:
+        return Answer(by=self.id, incarnation=1)
+
+
 def pool(name: str) -> reach.Packed:
     return reach.Packed(pool=name, size=2)
 
@@ -125,6 +136,22 @@ def test_a_spawn_with_a_bad_priority_is_refused_before_anything_starts() -> None
             await rt.spawn_many(Refunds, ["bad-2"], priority=-1)
         assert await rt.cluster.registry().lookup("bad-1") is None
         assert await rt.cluster.registry().hosts() == []
+
+    run(scenario)
+
+
+def test_a_priority_applies_to_the_capabilities_an_agent_holds_as_it_starts() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(OwnTags, "o-backup", args=(("refund.issue",),), placement=pool("oa"),
+                       priority=1)
+        await rt.spawn(Refunds, "o-primary", placement=pool("ob"))
+        assert (await rt.cluster.registry().lookup("o-backup")).priorities == (1,)
+        assert {await who(rt) for _ in range(5)} == {"o-primary"}
+        with pytest.raises(ConfigError, match="not one of the agent's capabilities"):
+            await rt.spawn(OwnTags, "o-bad", args=(("refund.issue",),), placement=pool("oa"),
+                           priority={"refund.status": 1})
+        assert await rt.cluster.registry().lookup("o-bad") is None
 
     run(scenario)
 
