@@ -68,7 +68,8 @@ class AgentChildren:
             records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
                                                spec.args, spec.kwargs, epochs=epochs,
                                                warm=last is not None,
-                                               gone=() if dead is None else (dead,))
+                                               gone=() if dead is None else (dead,),
+                                               priority=spec.priority)
         except AgentAlreadyExists:
             orphan = await self.registry.lookup(spec.agent_id)
             if orphan is None or not orphan.host:
@@ -78,7 +79,8 @@ class AgentChildren:
             await self.evict(spec.agent_id, orphan.host, spec.shutdown_timeout_s)
             epochs = {spec.agent_id: max(orphan.epoch, last or 0) + 1}
             records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
-                                               spec.args, spec.kwargs, epochs=epochs)
+                                               spec.args, spec.kwargs, epochs=epochs,
+                                               priority=spec.priority)
         if last is None and spec.placement.spare_key() is not None:
             # A spare of its shape waits on its node, for its restarts (in the background).
             topping = asyncio.get_running_loop().create_task(

@@ -24,7 +24,8 @@ class AgentTable(Mapping[str, AgentRecord]):
     def __init__(self) -> None:
         self._records: dict[str, AgentRecord] = {}
         self.by_tag: dict[str, set[str]] = {}
-        # Invariant: cands[i] mirrors records[i]'s capabilities, description, status and load.
+        # Invariant: cands[i] mirrors records[i]'s capabilities (and their priorities),
+        # description, status and load.
         self.cands: dict[str, Candidate] = {}
         # Lookups waiting for an agent's record to change (its new incarnation registering).
         self._changes: dict[str, asyncio.Event] = {}
@@ -64,7 +65,8 @@ class AgentTable(Mapping[str, AgentRecord]):
         self._records[rec.agent_id] = rec
         self._changed(rec.agent_id)
         self.cands[rec.agent_id] = Candidate(rec.agent_id, rec.capabilities, rec.description,
-                                             rec.status is AgentStatus.ONLINE, rec.load)
+                                             rec.status is AgentStatus.ONLINE, rec.load,
+                                             rec.priorities)
 
     def remove(self, agent_id: str) -> None:
         """Removes an agent's record (which it has)."""

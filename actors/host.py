@@ -107,7 +107,7 @@ class AgentHost(HostedAgents):
                     f"{env.sender!r} is not a known agent: refused its call to {callee.id!r}",
                     details={"reason": "unknown_principal", "principal": env.sender})
             else:
-                decision = guard.allow(env.sender, sender_caps, callee.capabilities)
+                decision = guard.allow(env.sender, sender_caps, tuple(callee.capabilities))
                 if decision.allowed:
                     continue
                 error = AuthError(f"access denied: {decision.reason}",

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from policies.acl import Acl
+from policies.priorities import aligned_priorities, resolve_priorities
 from reach import clock
 from reach._runtime.directory import Directory
 from reach._runtime.link import Link
@@ -58,6 +59,9 @@ class HostedAgents:
         # The shape this host is a warm spare of, while it is one (empty, offered).
         self.spare_shape: str | None = None
         self.epochs: dict[str, int] = {}
+        # The capability priorities given to agents here when they were added (resolved by
+        # tag), in place of their classes' own.
+        self.priorities: dict[str, dict[str, int]] = {}
         self.interval_s = 10.0
         self._heartbeat: asyncio.Task[None] | None = None
         self._stopped: asyncio.Event | None = None
@@ -84,18 +88,23 @@ class HostedAgents:
             self._stopped = asyncio.Event()
         return self._stopped
 
-    async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
-                         ) -> list[AgentRecord]:
+    async def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+        kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
+    ) -> list[AgentRecord]:
         """Constructs, starts and registers agents; returns their registry records.
 
         ``epochs`` are the least epochs the new incarnations may have (a supervisor passes its
         child's last epoch plus one, so that epochs never go backwards, not even after the
-        registry restarted and forgot them).
+        registry restarted and forgot them). ``priority`` replaces the capability priorities
+        the class declares (one for every capability of each agent, or one by tag: see
+        :func:`policies.priorities.resolve_priorities`).
 
         Raises:
             AgentAlreadyExists: an ID is live here or elsewhere; nothing is added.
-            ConfigError: an ID uses a prefix reserved for reach's own processes.
+            ConfigError: an ID uses a prefix reserved for reach's own processes, or
+                ``priority`` names a capability an agent does not hold.
             Exception: whatever an agent's constructor or on_start raised.
         """
         check_agent_ids(*agent_ids)  # reach's own names: an agent may not sign as one of them
@@ -108,17 +117,23 @@ class HostedAgents:
             if agent_id in agent_ids:
                 self.epochs[agent_id] = max(self.epochs.get(agent_id, 0), epoch)
         try:
-            return await self._add(cls, agent_ids, args, kwargs)
+            return await self._add(cls, agent_ids, args, kwargs, priority)
         finally:
             self._adding.difference_update(agent_ids)
 
     async def _add(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> list[AgentRecord]:
+                   kwargs: dict[str, Any], priority: int | Mapping[str, int] | None,
+                   ) -> list[AgentRecord]:
         fresh: dict[str, AgentRunner] = {}
         for agent_id in agent_ids:
             agent = cls(*args, **kwargs)
             agent.id = agent_id
             agent._reach_hooks = self._hooks
+            if priority is None:
+                self.priorities.pop(agent_id, None)
+            else:  # against the agent's own tags: an A2A proxy's are its instance's
+                self.priorities[agent_id] = resolve_priorities(
+                    tuple(agent.capabilities), agent.capability_priorities, priority)
             await agent.on_start()
             fresh[agent_id] = AgentRunner(agent, self.link, Context, audit=self._audit,
                                            refused=self._audit_refusal)
@@ -129,7 +144,8 @@ class HostedAgents:
         for entry, epoch in zip(entries, epochs, strict=True):
             self.epochs[entry["agent_id"]] = epoch
             records.append(AgentRecord(entry["agent_id"], tuple(entry["capabilities"]),
-                                       entry["description"], self.name, self.node, epoch=epoch))
+                                       entry["description"], self.name, self.node, epoch=epoch,
+                                       priorities=tuple(entry.get("priorities", ()))))
         self.runners.update(fresh)
         self.spare_shape = None  # a spare given agents is one no more
         loop = asyncio.get_running_loop()
@@ -183,9 +199,15 @@ class HostedAgents:
         return held
 
     def _entry(self, agent: Agent) -> dict[str, Any]:
-        return {"agent_id": agent.id, "capabilities": list(agent.capabilities),
-                "description": agent.description, "host": self.name, "node": self.node,
-                "epoch": self.epochs.get(agent.id, 0)}
+        tags = tuple(agent.capabilities)
+        entry = {"agent_id": agent.id, "capabilities": list(tags),
+                 "description": agent.description, "host": self.name, "node": self.node,
+                 "epoch": self.epochs.get(agent.id, 0)}
+        ranked = aligned_priorities(tags, self.priorities.get(agent.id,
+                                                              agent.capability_priorities))
+        if ranked:  # left out when all are primaries, as before priorities existed
+            entry["priorities"] = list(ranked)
+        return entry
 
     async def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> int:
         """Deregisters agents first, lets their in-flight handlers finish, then drops them.
@@ -205,6 +227,8 @@ class HostedAgents:
         except Exception as exc:  # the registry may be restarting; its table rebuilds anyway
             log.warning("deregistering %s failed: %s", here, exc)
         runners = [self.runners.pop(i) for i in here]
+        for agent_id in here:
+            self.priorities.pop(agent_id, None)
         self.down.difference_update(here)
         await asyncio.gather(*(r.stop(timeout_s) for r in runners))
         await self.transport.flush()  # the last replies leave before anyone kills this host

@@ -26,6 +26,7 @@ from actors.hello_nonces import HelloNonces
 from actors.poison_ward import PoisonWard
 from actors.spare_pool import SparePool
 from policies.poison import POISON_AFTER
+from policies.priorities import aligned_priorities
 from policies.routing import heartbeat_expired, next_epoch
 from reach import clock
 from reach._runtime.metrics import metrics
@@ -100,7 +101,9 @@ class Registry:
 
         ``data`` is the msgpack of ``[entries, exclusive]`` signed by ``host`` (see
         :func:`reach.security.guard.signed_call`); a host registers only agents on itself. With
-        ``exclusive``, an ID live on another host is refused and nothing is registered.
+        ``exclusive``, an ID live on another host is refused and nothing is registered. An
+        entry's optional ``priorities`` (one per capability, in their order) are its
+        capabilities' priorities; without them, all are 0.
 
         Raises:
             AuthError: the signature does not verify, or an entry names another host.
@@ -135,8 +138,9 @@ class Registry:
             # A host re-registering what it already holds keeps the epoch; a new start grows it.
             same = old is not None and old.host == e["host"] and not exclusive
             epoch = next_epoch(None if old is None else old.epoch, same, e.get("epoch", 0))
-            rec = AgentRecord(e["agent_id"], tuple(e["capabilities"]), e["description"],
-                              e["host"], e["node"], ONLINE, 0, epoch)
+            caps = tuple(e["capabilities"])
+            rec = AgentRecord(e["agent_id"], caps, e["description"], e["host"], e["node"],
+                              ONLINE, 0, epoch, aligned_priorities(caps, e.get("priorities", ())))
             self.records.register(rec)
             self.last_seen[rec.host] = now
             epochs.append(epoch)

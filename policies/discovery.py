@@ -5,7 +5,13 @@ hierarchy (``order`` and ``order.*`` match ``order.query``, never ``orders``, an
 matches its parent); or either of those after :func:`normalize_tag` (``Order-Query`` finds
 ``order.query``). :func:`find_holders` returns only the best non-empty tier, least loaded first
 or best described first; :func:`pick_least_loaded` chooses the k to send to, spreading equal
-loads round-robin through a ``tiebreak`` counter that the caller owns. Everything here is pure.
+loads round-robin through a ``tiebreak`` counter that the caller owns.
+
+A holder may hold a capability at a priority (:data:`PRIMARY`, 0, or a backup's 1, 2...):
+discovery lists the best priority first, and :func:`pick_holders` sends to the best priority that
+has a live holder, least loaded within it, falling to the next only when none of the better ones
+is live. Holders that declare no priorities are all primaries, and are picked as
+:func:`pick_least_loaded` picks them. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ import difflib
 import functools
 import heapq
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol, TypeVar
+
+from policies.priorities import PRIMARY
 
 _SEPARATORS = re.compile(r"[._\-\s/:]+")
 _WILDCARD = re.compile(r"(.*?)[._\-\s/:]+\*")
@@ -53,6 +61,8 @@ class Candidate:
         description: Free text about what the agent does, used to rank by a text query.
         online: Whether the registry considers the agent online; offline agents never match.
         load: In-flight requests as last reported to the registry.
+        priorities: The priority of each capability, in the order of ``capabilities``; empty
+            when all are :data:`PRIMARY`.
     """
 
     agent_id: str
@@ -60,6 +70,7 @@ class Candidate:
     description: str = ""
     online: bool = True
     load: int = 0
+    priorities: tuple[int, ...] = ()
 
 
 def normalize_tag(tag: str) -> str:
@@ -142,13 +153,16 @@ def find_holders(
         limit: Return at most this many (the best ones).
 
     Returns:
-        The matching candidates, least loaded first (after the text score when ``text`` is given),
-        ties by agent ID; ``[]`` when none matches.
+        The matching candidates, the best priority first (:func:`holder_priority`), then least
+        loaded first (after the text score when ``text`` is given), ties by agent ID; ``[]``
+        when none matches.
     """
     tiers: dict[MatchKind, list[Candidate]] = {}
+    ranked = False
     for candidate in candidates:
         if candidate.online and (kind := _best_kind(query, candidate)) is not None:
             tiers.setdefault(kind, []).append(candidate)
+            ranked = ranked or bool(candidate.priorities)
     if not tiers:
         return []
     tier = tiers[min(tiers)]
@@ -157,6 +171,9 @@ def find_holders(
         key = _by_load
     else:
         key = lambda c: (-description_score(text, c.description), c.load, c.agent_id)  # noqa: E731
+    if ranked:  # the best priority first, then as without priorities
+        plain = key
+        key = lambda c: (holder_priority(query, c), *plain(c))  # noqa: E731
     if limit is not None and limit < len(tier):
         return heapq.nsmallest(limit, tier, key=key)
     return sorted(tier, key=key)
@@ -282,14 +299,113 @@ def _agent_id(c: Loaded) -> str:
     return c.agent_id
 
 
+class Holder(Loaded, Protocol):
+    """A holder as :func:`pick_holders` sees it (a :class:`Candidate`, a registry record)."""
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """Its capability tags."""
+        ...
+
+    @property
+    def priorities(self) -> tuple[int, ...]:
+        """The priority of each tag, in their order; empty when all are the primary's."""
+        ...
+
+    @property
+    def online(self) -> bool:
+        """Whether the registry considered it online."""
+        ...
+
+
+H = TypeVar("H", bound=Holder)
+
+
+def holder_priority(query: str, holder: Holder) -> int:
+    """The priority at which ``holder`` holds what ``query`` asks for.
+
+    That is the lowest priority among its tags that match ``query`` best (``refund`` matches
+    ``refund.issue`` at 0 and ``refund.status`` at 1: 0); :data:`PRIMARY` for a holder that
+    declares no priorities, or none of whose tags matches.
+    """
+    if not holder.priorities:
+        return PRIMARY
+    best: MatchKind | None = None
+    low = PRIMARY
+    for tag, priority in zip(holder.capabilities, holder.priorities, strict=False):
+        kind = match_kind(query, tag)
+        if kind is None:
+            continue
+        if best is None or kind < best:
+            best, low = kind, priority
+        elif kind == best:
+            low = min(low, priority)
+    return low
+
+
+def pick_holders(
+    query: str,
+    holders: Sequence[H],
+    k: int,
+    *,
+    local_load: Mapping[str, int] | None = None,
+    tiebreak: int = 0,
+    gone: Collection[str] = (),
+) -> list[H]:
+    """Returns the ``k`` holders of ``query`` to send to: the best priority first.
+
+    Holders are grouped by :func:`holder_priority`. A group is live when one of its holders is
+    online and not in ``gone``. The picks fill from the live groups, lowest priority number
+    first, then from the others (holders that may be restarting: a request to one waits for it,
+    as it would with no priorities at all), each group's holders taken as
+    :func:`pick_least_loaded` takes them. So a backup is sent to only when no better holder is
+    live, or when the better ones are fewer than ``k``. Holders of one priority (those that
+    declare none are all primaries) are picked exactly as :func:`pick_least_loaded` picks them.
+
+    Args:
+        query: The capability asked for.
+        holders: Its holders (anything with ``agent_id``, ``load``, ``capabilities``,
+            ``priorities`` and ``online``).
+        k: How many to pick.
+        local_load: The caller's in-flight requests per agent ID.
+        tiebreak: A counter the caller advances between calls.
+        gone: Agent IDs whose incarnation among ``holders`` the caller found gone from its host
+            (a dead host), not yet known to the registry.
+
+    Returns:
+        Up to ``k`` holders, in the order to use them; ``[]`` when ``k <= 0``.
+    """
+    if k <= 0 or not holders:
+        return []
+    if not any(h.priorities for h in holders):
+        return pick_least_loaded(holders, k, local_load=local_load, tiebreak=tiebreak)
+    groups: dict[int, list[H]] = {}
+    for h in holders:
+        groups.setdefault(holder_priority(query, h), []).append(h)
+
+    def dead(priority: int) -> bool:
+        return not any(h.online and h.agent_id not in gone for h in groups[priority])
+
+    picked: list[H] = []
+    for priority in sorted(groups, key=lambda p: (dead(p), p)):
+        picked += pick_least_loaded(groups[priority], k - len(picked), local_load=local_load,
+                                    tiebreak=tiebreak)
+        if len(picked) >= k:
+            break
+    return picked
+
+
 __all__ = [
     "Candidate",
+    "Holder",
     "Loaded",
     "MatchKind",
     "close_matches",
     "description_score",
     "find_holders",
+    "holder_priority",
     "match_kind",
     "normalize_tag",
+    "pick_holders",
     "pick_least_loaded",
 ]

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from policies.priorities import check_priorities
 from policies.sessions import Limits, PendingAction
 from reach.errors import InvalidPayload, ReachError, SchemaError, SchemaIncompatible
 from reach.placement import Dedicated, Packed, Placement
@@ -159,14 +160,24 @@ class Agent:
     """Base class of every reach agent.
 
     Class attributes:
-        capabilities: Dotted capability tags, e.g. ``("order.query", "order.refund")``.
+        capabilities: Dotted capability tags, e.g. ``("order.query", "order.refund")``; or a
+            priority for each, e.g. ``{"refund.issue": 0, "refund.status": 1}``: 0 the primary,
+            1, 2... backups (a send by capability goes to the lowest priority with a live
+            holder). A tuple's tags are all at 0. Either way, once the class is defined it
+            holds the tags as a tuple, and :attr:`capability_priorities` their priorities (a
+            priority that is not an int of at least 0 is a ConfigError as the class is defined).
+        capability_priorities: The priority of each tag declared as a mapping (empty for a
+            tuple); read it, do not change it.
         description: What the agent is good at, what it is not, and its preconditions.
 
     The host sets :attr:`id` before :meth:`on_start`. Handlers are methods decorated with
     :func:`handler`.
     """
 
-    capabilities: ClassVar[tuple[str, ...]] = ()
+    capabilities: ClassVar[tuple[str, ...] | Mapping[str, int]] = ()
+    # A plain dict: a class defined in a script travels to its hosts by value, and a read-only
+    # mapping proxy would not pickle.
+    capability_priorities: ClassVar[Mapping[str, int]] = {}
     description: ClassVar[str] = ""
     #: What this agent accepts when another opens a session with it.
     session_limits: ClassVar[Limits] = Limits()
@@ -196,7 +207,12 @@ class Agent:
                     )
                 handlers[key] = spec
         cls._handlers = handlers
-        cls.capabilities = tuple(cls.capabilities)
+        declared, own = cls.capabilities, "capabilities" in vars(cls)
+        cls.capabilities = tuple(declared)
+        if isinstance(declared, Mapping):
+            cls.capability_priorities = check_priorities(cls.capabilities, declared)
+        elif own:  # a tuple here: all primaries, whatever a base class declared
+            cls.capability_priorities = {}
 
     @classmethod
     def handler_specs(cls) -> list[HandlerSpec]:

@@ -124,7 +124,8 @@ class Client:
                                  schema: str | None = None, *,
                                  returns: type[BaseModel] | None = None, text: str | None = None,
                                  timeout_ms: int | None = None) -> Reply[Any]:
-        """Sends a request to the least-loaded online holder of a capability.
+        """Sends a request to the least-loaded online holder of a capability, at the best
+        priority that has one (a backup only while no better holder is online).
 
         Args:
             capability: A tag (``order.query``), a parent tag (``order``) or a separator
@@ -136,7 +137,7 @@ class Client:
             ReachError: as for :meth:`request`.
         """
         holders = await self.courier.link.directory.holders(capability, text)
-        (picked,) = _pick(self.courier.link, holders, 1)
+        (picked,) = _pick(self.courier.link, capability, holders, 1)
         return await self.request(picked.agent_id, payload, schema, returns=returns,
                                   timeout_ms=timeout_ms)
 
@@ -144,7 +145,8 @@ class Client:
                      fanout_limit: int, returns: type[BaseModel] | None = None,
                      text: str | None = None, timeout_ms: int | None = None,
                      ) -> list[Reply[Any] | ReachError]:
-        """Sends a request to the ``fanout_limit`` least-loaded online holders of a capability.
+        """Sends a request to the ``fanout_limit`` least-loaded online holders of a capability,
+        filled from the best priority first.
 
         Returns the replies in the order of the agents picked; a failed agent's place holds its
         typed error.
@@ -155,7 +157,7 @@ class Client:
         """
         link = self.courier.link
         holders = await link.directory.holders(capability, text, max(PICK_FROM, fanout_limit))
-        picked = _pick(link, holders, fanout_limit)
+        picked = _pick(link, capability, holders, fanout_limit)
         return await self._gather(picked, payload, schema, returns, timeout_ms)
 
     async def broadcast(self, capability: str, payload: Payload, schema: str | None = None, *,
@@ -183,7 +185,8 @@ class Client:
         return out
 
     async def discover(self, capability: str, text: str | None = None) -> list[AgentRecord]:
-        """Online holders of a capability, best first.
+        """Online holders of a capability, best first: the best priority first, then least
+        loaded (each record's ``priorities`` tell its capabilities' priorities).
 
         Raises:
             NoCapableAgent: nobody online holds it.
@@ -222,10 +225,11 @@ class Client:
                 yield read_reply(chunk, returns)
 
 
-def _pick(link: Link, holders: list[AgentRecord], k: int) -> list[AgentRecord]:
+def _pick(link: Link, capability: str, holders: list[AgentRecord], k: int,
+          ) -> list[AgentRecord]:
     if k < 1:
         raise ProtocolError(f"fanout_limit must be at least 1, got {k}")
-    return link.least_loaded(holders, k)
+    return link.pick(capability, holders, k)
 
 
 __all__ = ["DEFAULT_MAX_HOPS", "Client", "Link", "Payload"]

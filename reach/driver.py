@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 from policies.acl import Acl
+from policies.priorities import check_priority
 from policies.sessions import Terms
 from reach._runtime.directory import Directory
 from reach._runtime.metrics import metrics
@@ -133,30 +134,42 @@ class Driver:
 
     async def spawn(self, cls: type[Agent], agent_id: str, *, placement: Placement | None = None,
                     args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-                    ) -> AgentRecord:
+                    priority: int | Mapping[str, int] | None = None) -> AgentRecord:
         """Starts an agent and registers it; returns its registry record.
+
+        Args:
+            priority: The priority of its capabilities, in place of what its class declares:
+                one for all of them, or one per capability tag (those left out keep the
+                class's); 0 is the primary, 1, 2... backups.
 
         Raises:
             AgentAlreadyExists: an agent with that ID is live.
+            ConfigError: ``priority`` is not an int of at least 0, or names a capability the
+                class does not declare.
             UnknownSchema: a handler reads a model that is not registered.
         """
         records = await self.spawn_many(cls, [agent_id], placement=placement, args=args,
-                                        kwargs=kwargs)
+                                        kwargs=kwargs, priority=priority)
         return records[0]
 
     async def spawn_many(self, cls: type[Agent], agent_ids: Sequence[str], *,
                          placement: Placement | None = None, args: Sequence[Any] = (),
-                         kwargs: dict[str, Any] | None = None) -> list[AgentRecord]:
-        """Starts several agents of one class (packed agents spread over the pool's hosts).
+                         kwargs: dict[str, Any] | None = None,
+                         priority: int | Mapping[str, int] | None = None) -> list[AgentRecord]:
+        """Starts several agents of one class (packed agents spread over the pool's hosts),
+        all with ``priority`` when given (see :meth:`spawn`).
 
         Raises:
             AgentAlreadyExists: an ID is live.
             AgentUnavailable: a placement requires resources no live node has.
+            ConfigError: ``priority`` is not valid for the class's capabilities.
             Exception: what an agent's constructor or ``on_start`` raised.
         """
+        if priority is not None:
+            check_priority(priority, tuple(cls.capabilities))
         self._ensure_polling()
         records = await self.spawner.spawn(cls, agent_ids, placement or Dedicated(), args,
-                                           kwargs)
+                                           kwargs, priority=priority)
         for record in records:
             self.directory.learn(record)
         return records

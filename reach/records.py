@@ -53,6 +53,9 @@ class AgentRecord:
         status: Where it is in its life.
         load: Requests in flight, as of its host's last heartbeat.
         epoch: Incarnation number, larger after each restart.
+        priorities: The priority of each capability, in the order of ``capabilities``: 0 the
+            primary, 1, 2... backups (sends by capability prefer the lowest live one). Empty
+            when every capability is at 0.
     """
 
     agent_id: str
@@ -63,11 +66,19 @@ class AgentRecord:
     status: AgentStatus = AgentStatus.ONLINE
     load: int = 0
     epoch: int = 0
+    priorities: tuple[int, ...] = ()
 
     @property
     def online(self) -> bool:
         """Whether calls go to it now."""
         return self.status is AgentStatus.ONLINE
+
+    def priority_of(self, capability: str) -> int:
+        """The priority at which it holds one of its capability tags (0 for a tag it does not
+        hold, and when it declares no priorities)."""
+        if self.priorities and capability in self.capabilities:
+            return self.priorities[self.capabilities.index(capability)]
+        return 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,12 @@ sent to the supervisor that owns it), below the ports that carry them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from policies.backoff import Backoff
+from policies.priorities import check_priority
 from policies.supervision import DEFAULT_RESET_S, Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskPolicy
 from reach.agent import Agent
@@ -40,6 +41,13 @@ class ChildSpec:
         args: Positional arguments of the agent's constructor.
         kwargs: Keyword arguments of the agent's constructor.
         shutdown_timeout_s: How long its in-flight requests may finish when it is stopped.
+        priority: The priority of its capabilities in place of what its class declares, in
+            every incarnation: one for all of them, or one per capability tag (those left out
+            keep the class's); 0 is the primary, 1, 2... backups. None: the class's.
+
+    Raises:
+        ConfigError: ``priority`` is not an int of at least 0, or names a capability the class
+            does not declare.
     """
 
     agent: type[Agent]
@@ -49,6 +57,11 @@ class ChildSpec:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     shutdown_timeout_s: float = 5.0
+    priority: int | Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.priority is not None:  # refused here, not at the child's first start
+            check_priority(self.priority, tuple(self.agent.capabilities))
 
     @property
     def child_id(self) -> str:

@@ -11,7 +11,7 @@ receiving one.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from reach._ray.calls import RayCall, RayPort, ship
@@ -69,11 +69,14 @@ class RayEndpoint(RayPort, Endpoint):
 class RayHost(RayEndpoint, HostPort):
     """A host of agents (``actors/host.py``'s AgentHost as a Ray actor)."""
 
-    def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
-                   kwargs: dict[str, object], epochs: dict[str, int] | None = None,
-                   ) -> Awaitable[list[AgentRecord]]:
+    def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
+        kwargs: dict[str, object], epochs: dict[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
+    ) -> Awaitable[list[AgentRecord]]:
         """See :meth:`reach.ports.hosts.HostPort.add_agents`."""
-        return self.call("add_agents", ship(cls), agent_ids, args, kwargs, epochs)
+        return self.call("add_agents", ship(cls), agent_ids, args, kwargs, epochs,
+                         priority=priority)
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:
         """See :meth:`reach.ports.hosts.HostPort.remove_agents`."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -224,6 +224,15 @@ class Directory:
         if hit is None or hit[1] <= record.epoch or hit[2] <= clock.monotonic():
             self._routes[record.agent_id] = (record.host, record.epoch,
                                              clock.monotonic() + ROUTE_TTL_S)
+
+    def gone_among(self, records: Sequence[AgentRecord]) -> set[str]:
+        """The agents among ``records`` whose incarnation there this process found gone from
+        its host (a route dropped, no newer incarnation seen since): a pick by capability
+        prefers the holders it has not found gone."""
+        stale = self._stale
+        if not stale:
+            return set()
+        return {r.agent_id for r in records if r.epoch <= stale.get(r.agent_id, -1)}
 
     def drop(self, agent_id: str) -> None:
         """Forgets the route of one agent (its host did not have it); the next lookup waits

@@ -11,7 +11,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
-from policies.discovery import pick_least_loaded
+from policies.discovery import pick_holders
 from reach._runtime.directory import Directory
 from reach._runtime.poison import KillReporter
 from reach._runtime.store import StoreClient
@@ -61,11 +61,15 @@ class Link:
         """A counter that spreads equal-load picks round-robin."""
         return next(self._rotation)
 
-    def least_loaded(self, holders: Sequence[AgentRecord], k: int = 1) -> list[AgentRecord]:
-        """The ``k`` least loaded of ``holders`` (by their registry load plus this process's
-        requests in flight to them), equal loads taken round-robin."""
-        return pick_least_loaded(holders, k, local_load=self.inflight,
-                                 tiebreak=self.next_tiebreak())
+    def pick(self, capability: str, holders: Sequence[AgentRecord], k: int = 1,
+             ) -> list[AgentRecord]:
+        """The ``k`` holders of ``capability`` to send to: from the best priority with a live
+        holder (one online and not found gone from its host here), the least loaded within it
+        (by their registry load plus this process's requests in flight to them), equal loads
+        taken round-robin; see :func:`policies.discovery.pick_holders`."""
+        return pick_holders(capability, holders, k, local_load=self.inflight,
+                            tiebreak=self.next_tiebreak(),
+                            gone=self.directory.gone_among(holders))
 
 
 __all__ = ["Link"]

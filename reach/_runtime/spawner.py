@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Collection, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from policies.discovery import Candidate, pick_least_loaded
@@ -73,11 +73,13 @@ class Spawner:
     async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
                     args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
                     epochs: dict[str, int] | None = None, warm: bool = False,
-                    gone: Collection[str] = (),
+                    gone: Collection[str] = (), priority: int | Mapping[str, int] | None = None,
                     ) -> list[AgentRecord]:
         """Starts agents and registers them; returns their registry records.
 
         ``epochs``: the least epoch of each new incarnation (see ``HostPort.add_agents``).
+        ``priority``: their capabilities' priorities, in place of their class's (see
+        ``HostPort.add_agents``).
         ``warm``: an agent of a placement with a spare key takes a warm spare host when one of
         that key is offered (a restart: no waiting for a new process), and a new spare is
         started in its place.
@@ -99,7 +101,8 @@ class Spawner:
         needs, group = placement.host_needs(), placement.host_group()
         if group is not None:
             moved = (await self._move_in_group(cls, agent_ids[0], group, needs, gone, args=args,
-                                              kwargs=kwargs, epochs=epochs)
+                                              kwargs=kwargs, epochs=epochs,
+                                              priority=priority)
                      if gone and len(agent_ids) == 1 else None)
             if moved is not None:
                 return moved
@@ -109,7 +112,8 @@ class Spawner:
             if (warm and spare_key is not None and self.limits.spares > 0
                     and len(agent_ids) == 1):
                 taken = await self._on_spare(cls, agent_ids[0], placement, spare_key, args=args,
-                                             kwargs=kwargs, epochs=epochs)
+                                             kwargs=kwargs, epochs=epochs,
+                                             priority=priority)
                 if taken is not None:
                     return taken
             demand = needs.requirements()
@@ -119,7 +123,8 @@ class Spawner:
         results = await asyncio.gather(
             *(self._placed(h.add_agents(cls, ids, tuple(args), kwargs or {},
                                         {i: epochs[i] for i in ids if i in epochs}
-                                        if epochs else None), ids, demand)
+                                        if epochs else None, priority=priority),
+                           ids, demand)
               for h, ids, _ in placed),
             return_exceptions=True)
         records: list[AgentRecord] = []
@@ -152,7 +157,8 @@ class Spawner:
 
     async def _on_spare(self, cls: type[Agent], agent_id: str, p: Placement, key: str, *,
                         args: Sequence[Any], kwargs: dict[str, Any] | None,
-                        epochs: dict[str, int] | None) -> list[AgentRecord] | None:
+                        epochs: dict[str, int] | None, priority: int | Mapping[str, int] | None,
+                        ) -> list[AgentRecord] | None:
         """Starts an agent on a warm spare of its placement's key (its node's, else any
         node's), starting a new spare in its place; None when no live spare took it."""
         registry = self.cluster.registry()
@@ -164,7 +170,7 @@ class Spawner:
             try:
                 host = self.cluster.host(name)
                 records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {},
-                                                epochs)
+                                                epochs, priority=priority)
             except AgentUnavailable:
                 continue  # a spare that died since its last heartbeat: take another
             except BaseException:
@@ -259,7 +265,7 @@ class Spawner:
     async def _move_in_group(self, cls: type[Agent], agent_id: str, group: HostGroup,
                             needs: HostNeeds, gone: Collection[str], *, args: Sequence[Any],
                             kwargs: dict[str, Any] | None, epochs: dict[str, int] | None,
-                            ) -> list[AgentRecord] | None:
+                            priority: int | Mapping[str, int] | None) -> list[AgentRecord] | None:
         """Starts an agent whose group host died on the least loaded of the group's other
         hosts, as last seen here, without asking them; None when they were never seen, or the
         one chosen is dead too."""
@@ -268,7 +274,8 @@ class Spawner:
             return None
         host = known[0][least_loaded(known[1])]
         try:
-            records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs)
+            records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs,
+                                            priority=priority)
         except AgentUnavailable:
             log.info("group host %s is dead too: asking the group", host.name)
             return None

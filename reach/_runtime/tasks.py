@@ -250,8 +250,8 @@ class TaskRunner:
 
     async def _choose(self, task: TaskRecord, tried: set[str], last: Decision | None) -> str:
         """The agent of the next attempt: the target; or for a task by capability, the
-        least-loaded holder, one not tried yet when the last decision failed over (the one tried
-        last when it did not)."""
+        least-loaded holder at the best priority with a live holder, one not tried yet when the
+        last decision failed over (the one tried last when it did not)."""
         if not task.spec.by_capability:
             return task.spec.target
         previous = task.attempts[-1].agent_id if task.attempts else ""
@@ -262,7 +262,7 @@ class TaskRunner:
         fresh = [h for h in holders if h.agent_id not in tried] or holders
         if fresh is holders:
             tried.clear()  # every holder failed once: start another round
-        (best,) = self.link.least_loaded(fresh)
+        (best,) = self.link.pick(task.spec.target, fresh)
         return best.agent_id
 
     async def _holders(self, task: TaskRecord) -> list[AgentRecord]:

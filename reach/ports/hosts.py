@@ -39,12 +39,16 @@ class HostInfo(TypedDict):
 class HostPort(Endpoint, Protocol):
     """A host of agents: one (dedicated) or many (a pool host)."""
 
-    def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
-                   kwargs: dict[str, object], epochs: dict[str, int] | None = None,
-                   ) -> Awaitable[list[AgentRecord]]:
+    def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
+        kwargs: dict[str, object], epochs: dict[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
+    ) -> Awaitable[list[AgentRecord]]:
         """Constructs, starts and registers agents, each with an epoch of at least ``epochs``'
-        (when given); their records (AgentAlreadyExists, or what a constructor raised, on
-        failure: nothing is then added)."""
+        (when given) and, when given, ``priority`` (one for all its capabilities, or one by tag)
+        in place of the priorities its class declares; their records (AgentAlreadyExists, a
+        ConfigError for a priority of a capability it does not hold, or what a constructor
+        raised, on failure: nothing is then added)."""
         ...
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:

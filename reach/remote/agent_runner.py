@@ -78,9 +78,11 @@ class Connection(Protocol):
 
 
 def declaration_of(cls: type[Agent]) -> Declaration:
-    """What an agent class declares in its hello: capabilities, description, handlers."""
+    """What an agent class declares in its hello: capabilities (with their priorities, those
+    not at 0), description, handlers."""
     return Declaration(
         capabilities=tuple(cls.capabilities), description=cls.description,
+        priorities={tag: p for tag, p in cls.capability_priorities.items() if p},
         handlers=tuple(HandlerDoc(schema_ref=s.reads, returns=s.returns, streaming=s.streaming,
                                   json_schema=s.model.model_json_schema() if s.model else None)
                        for s in cls.handler_specs()),

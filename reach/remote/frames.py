@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from reach import strict_json as strict
 from reach.errors import CodecError, Detail
@@ -159,6 +167,8 @@ class Declaration(BaseModel):
             period, with requests it had handed over and not seen answered: ``resend`` them
             (while their deadlines allow) or ``cancel`` them (their callers get a retryable
             error).
+        priorities: The priority of capabilities it names (0 the primary, 1, 2... backups;
+            one it leaves out is at 0): an int of at least 0 for one of its capabilities.
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -167,6 +177,15 @@ class Declaration(BaseModel):
     description: StrictStr = ""
     handlers: tuple[HandlerDoc, ...] = ()
     pending_policy: Literal["resend", "cancel"] = "resend"
+    priorities: dict[StrictStr, Annotated[StrictInt, Field(ge=0)]] = {}
+
+    @model_validator(mode="after")
+    def _priorities_of_its_capabilities(self) -> Self:
+        unknown = [tag for tag in self.priorities if tag not in self.capabilities]
+        if unknown:
+            raise ValueError(f"a priority is given for {unknown[0]!r}, which is not one of its "
+                             "capabilities")
+        return self
 
 
 class Hello(BaseModel):

@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from actors.host import AgentHost
-from policies.discovery import pick_least_loaded
+from policies.priorities import aligned_priorities
 from policies.sessions import PendingAction
 from reach import clock
 from reach._runtime.courier import Courier
@@ -105,9 +106,11 @@ class RemoteHost(AgentHost):
 
     # -- joining and leaving -----------------------------------------------------------------
 
-    async def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
-                         kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
-                         ) -> list[AgentRecord]:
+    async def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
+        kwargs: dict[str, Any], epochs: dict[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
+    ) -> list[AgentRecord]:
         """Remote agents join by connecting, never by being spawned here.
 
         Raises:
@@ -233,9 +236,13 @@ class RemoteHost(AgentHost):
                            message=f"agent {agent_id!r} is online already: {why}")
 
     def _remote_entry(self, agent: RemoteAgent) -> dict[str, Any]:
-        return {"agent_id": agent.id, "capabilities": list(agent.capabilities),
-                "description": agent.description, "host": self.name, "node": self.node,
-                "epoch": self.epochs.get(agent.id, 0)}
+        entry = {"agent_id": agent.id, "capabilities": list(agent.capabilities),
+                 "description": agent.description, "host": self.name, "node": self.node,
+                 "epoch": self.epochs.get(agent.id, 0)}
+        ranked = aligned_priorities(agent.capabilities, agent.declaration.priorities)
+        if ranked:  # left out when all are primaries, as a host's own entries
+            entry["priorities"] = list(ranked)
+        return entry
 
     async def refused(self, principal: str, agent_id: str, reason: str) -> None:
         """See :meth:`reach.remote.ports.RemoteHostPort.refused`."""
@@ -403,10 +410,9 @@ class RemoteHost(AgentHost):
         error) is queued for the agent."""
         try:
             if env.receiver.startswith(CAPABILITY_PREFIX):
-                holders = await self.directory.holders(env.receiver[len(CAPABILITY_PREFIX):],
-                                                       None)
-                (picked,) = pick_least_loaded(holders, 1, local_load=self.link.inflight,
-                                              tiebreak=self.link.next_tiebreak())
+                capability = env.receiver[len(CAPABILITY_PREFIX):]
+                holders = await self.directory.holders(capability, None)
+                (picked,) = self.link.pick(capability, holders)
                 env = env.model_copy(update={"receiver": picked.agent_id})
             if env.msg_type is MsgType.REQUEST:
                 # The client's send path: routing, resends while the receiver moves, deadline.

@@ -10,7 +10,7 @@ types, and mypy checks it against :class:`RemoteHostPort`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol, cast
 
 from reach.agent import Agent
@@ -98,11 +98,14 @@ class RemoteHostClient(RemoteHostPort):
     def watch(self) -> Awaitable[None]:
         return cast("Awaitable[None]", self.process.call("watch"))
 
-    def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
-                   kwargs: dict[str, object], epochs: dict[str, int] | None = None,
-                   ) -> Awaitable[list[AgentRecord]]:
+    def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
+        kwargs: dict[str, object], epochs: dict[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
+    ) -> Awaitable[list[AgentRecord]]:
         return cast("Awaitable[list[AgentRecord]]",
-                    self.process.call("add_agents", cls, agent_ids, args, kwargs, epochs))
+                    self.process.call("add_agents", cls, agent_ids, args, kwargs, epochs,
+                                      priority))
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:
         return cast("Awaitable[int]", self.process.call("remove_agents", agent_ids, timeout_s))

@@ -10,7 +10,7 @@ checks their parameters against the actors' too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from reach.agent import Agent
@@ -89,11 +89,14 @@ class FakeEndpoint(FakePort, Endpoint):
 class FakeHost(FakeEndpoint, HostPort):
     """A host of agents (``actors/host.py``)."""
 
-    def add_agents(self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
-                   kwargs: dict[str, object], epochs: dict[str, int] | None = None,
-                   ) -> Awaitable[list[AgentRecord]]:
+    def add_agents(  # noqa: PLR0917 - a process call carries its arguments positionally
+        self, cls: type[Agent], agent_ids: list[str], args: tuple[object, ...],
+        kwargs: dict[str, object], epochs: dict[str, int] | None = None,
+        priority: int | Mapping[str, int] | None = None,
+    ) -> Awaitable[list[AgentRecord]]:
         """See :meth:`reach.ports.hosts.HostPort.add_agents`."""
-        return self.call("add_agents", cls, agent_ids, args, kwargs, epochs)
+        return self.call("add_agents", cls, agent_ids, args, kwargs, epochs,
+                         priority=priority)
 
     def remove_agents(self, agent_ids: list[str], timeout_s: float = 5.0) -> Awaitable[int]:
         """See :meth:`reach.ports.hosts.HostPort.remove_agents`."""

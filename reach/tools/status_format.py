@@ -29,7 +29,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
 
 
 def format_agents(rows: Sequence[AgentRow], limit: int = 50) -> list[str]:
-    """The agents section: a count by status, then a table (at most ``limit`` rows, 0: all)."""
+    """The agents section: a count by status, then a table (at most ``limit`` rows, 0: all)
+    whose last column lists each agent's capabilities, a backup's with its priority after a
+    colon (``refund.issue,refund.status:1``)."""
     by_status = Counter(r.status for r in rows)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
     lines = [f"agents: {len(rows)}" + (f" ({summary})" if rows else "")]
@@ -37,12 +39,18 @@ def format_agents(rows: Sequence[AgentRow], limit: int = 50) -> list[str]:
         return lines
     shown = rows if limit <= 0 else rows[:limit]
     lines += ["  " + line for line in table(
-        ("ID", "NODE", "HOST", "STATUS", "LOAD", "EPOCH"),
-        ((r.agent_id, r.node, r.host, r.status, r.load, r.epoch) for r in shown),
+        ("ID", "NODE", "HOST", "STATUS", "LOAD", "EPOCH", "CAPABILITIES"),
+        ((r.agent_id, r.node, r.host, r.status, r.load, r.epoch, _capabilities(r))
+         for r in shown),
         right=(4, 5))]
     if len(shown) < len(rows):
         lines.append(f"  ... and {len(rows) - len(shown)} more (--limit 0 shows all)")
     return lines
+
+
+def _capabilities(row: AgentRow) -> str:
+    return ",".join(tag if priority == 0 else f"{tag}:{priority}"
+                    for tag, priority in row.capabilities.items())
 
 
 def _counts(counts: Mapping[str, int]) -> str:

@@ -32,6 +32,8 @@ class AgentRow:
         status: Where it is in its life (online, restarting, recovering, offline).
         load: Requests in flight (from its host when it answered, else the last heartbeat).
         epoch: Incarnation number, larger after each restart.
+        capabilities: Its capability tags, each with its priority (0 the primary, 1, 2...
+            backups), in the order it declares them.
     """
 
     agent_id: str
@@ -40,6 +42,7 @@ class AgentRow:
     status: AgentStatus
     load: int
     epoch: int
+    capabilities: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,8 @@ def short_host(name: str) -> str:
 def agent_rows(records: Iterable[AgentRecord], loads: Mapping[str, int]) -> list[AgentRow]:
     """Rows of registry records, sorted by ID; ``loads`` (from the hosts) beat the records'."""
     return sorted((AgentRow(agent_id=r.agent_id, node=r.node[:8], host=short_host(r.host),
-                            status=r.status, load=loads.get(r.agent_id, r.load), epoch=r.epoch)
+                            status=r.status, load=loads.get(r.agent_id, r.load), epoch=r.epoch,
+                            capabilities={t: r.priority_of(t) for t in r.capabilities})
                    for r in records), key=lambda row: row.agent_id)
 
 

@@ -572,3 +572,25 @@ def test_a_supervised_remote_agent_whose_replica_dies_comes_back_through_another
         other.runners.clear()
 
     on_channel(scenario)
+
+
+class BackupCalculator(Calculator):
+    """A calculator that is only a backup for adding."""
+
+    capabilities = {"math.add": 1, "math.count": 0}  # noqa: RUF012 - read once, as defined
+
+
+def test_a_remote_agents_declared_priorities_reach_the_registry_and_decide_its_sends() -> None:
+    async def scenario(fake: FakeCluster, gw: Gateway) -> None:
+        rt = fake.runtime()
+        await gw.connect("calc-backup", BackupCalculator())
+        await gw.connect("calc-1")
+        assert (await fake.registry().lookup("calc-backup")).priorities == (1, 0)
+        assert (await fake.registry().lookup("calc-1")).priorities == ()
+        found = await rt.client.discover("math.add")
+        assert [r.agent_id for r in found] == ["calc-1", "calc-backup"]
+        senders = {(await rt.client.request_capability("math.add", Add(a=1, b=1))).envelope.sender
+                   for _ in range(6)}
+        assert senders == {"calc-1"}
+
+    on_channel(scenario)

@@ -75,9 +75,22 @@ def test_agent_rows_are_sorted_shortened_and_take_the_hosts_live_loads() -> None
          record("order-1", "reach.host.3fa2c1d09b1e", RESTARTING, load=2, epoch=3)],
         loads={"order-2": 4})
     assert rows == [
-        AgentRow("order-1", "5c1e0a9b", "host.3fa2c1d09b1e", RESTARTING, 2, 3),
-        AgentRow("order-2", "77aa01ff", "pool.default.0", ONLINE, 4, 1),
+        AgentRow("order-1", "5c1e0a9b", "host.3fa2c1d09b1e", RESTARTING, 2, 3,
+                 {"order.query": 0}),
+        AgentRow("order-2", "77aa01ff", "pool.default.0", ONLINE, 4, 1, {"order.query": 0}),
     ]
+
+
+def test_agent_rows_and_the_table_show_each_capabilitys_priority() -> None:
+    backup = AgentRecord("refund-2", ("refund.issue", "refund.status"), "", "reach.host.ab",
+                         NODE_A, ONLINE, 0, 1, priorities=(1, 0))
+    (row,) = status.agent_rows([backup], loads={})
+    assert row.capabilities == {"refund.issue": 1, "refund.status": 0}
+    lines = status.format_agents([row])
+    assert lines[1].split()[-1] == "CAPABILITIES"
+    assert lines[2].split()[-1] == "refund.issue:1,refund.status"
+    assert json.loads(json.dumps(asdict(row)))["capabilities"] == {
+        "refund.issue": 1, "refund.status": 0}
 
 
 def test_a_supervisor_status_becomes_a_tree_with_restart_counts_per_child() -> None:
@@ -128,7 +141,7 @@ def test_the_agents_table_is_aligned_counted_by_status_and_cut_at_the_limit() ->
     rows.append(AgentRow("z", "77aa01ff", "host.abc", OFFLINE, 0, 4))
     lines = status.format_agents(rows, limit=3)
     assert lines[0] == "agents: 13 (1 offline, 12 online)"
-    assert lines[1].split() == ["ID", "NODE", "HOST", "STATUS", "LOAD", "EPOCH"]
+    assert lines[1].split() == ["ID", "NODE", "HOST", "STATUS", "LOAD", "EPOCH", "CAPABILITIES"]
     assert lines[2].split() == ["a-0", "5c1e0a9b", "pool.p.0", "online", "0", "1"]
     assert len({line.index("NODE") if "NODE" in line else line.index("5c1e")
                 for line in lines[1:4]}) == 1, "columns are aligned"

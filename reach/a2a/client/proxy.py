@@ -45,6 +45,7 @@ from a2a.client.client import Client as A2AClient
 from a2a.types.a2a_pb2 import AgentCard, GetTaskRequest, SendMessageRequest
 
 from policies.backoff import poll_delay
+from policies.priorities import check_priority
 from policies.supervision import RestartType
 from reach._runtime.names import check_agent_ids
 from reach.a2a.client.errors import check_reply, error_for
@@ -311,14 +312,16 @@ async def proxy_spec(url_or_card: str | AgentCard | Mapping[str, Any], *,
                      capabilities: Sequence[str] | None = None,
                      placement: Placement | None = None,
                      restart: RestartType = RestartType.PERMANENT,
-                     probe_interval_s: float = 5.0, probe_misses: int = 2) -> ChildSpec:
+                     probe_interval_s: float = 5.0, probe_misses: int = 2,
+                     priority: int | Mapping[str, int] | None = None) -> ChildSpec:
     """The proxy of a remote A2A agent as a child of a supervision tree (the card is read now;
     the arguments are those of :func:`connect`).
 
     Raises:
         ConfigError: the card offers no interface the proxy speaks, or no skill to make a
             capability of (and no ``capabilities=`` is given), or a probe setting is invalid,
-            or ``agent_id`` uses a prefix reserved for reach's own processes.
+            or ``agent_id`` uses a prefix reserved for reach's own processes, or ``priority``
+            is not valid for the proxy's capabilities.
         AgentUnavailable, AgentNotFound, AuthError, ProtocolError: as :func:`read_card`.
     """
     if agent_id is not None:  # before the card is read (a name from a card is never reserved)
@@ -329,9 +332,11 @@ async def proxy_spec(url_or_card: str | AgentCard | Mapping[str, Any], *,
         card.SerializeToString(), card_url,
         tuple(capabilities) if capabilities is not None else capabilities_for(card),
         token, dict(headers or {}), probe_interval_s, probe_misses)
+    if priority is not None:  # the proxy's tags are its card's, not its class's
+        check_priority(priority, config.capabilities)
     cls = A2AStreamingProxy if card.capabilities.streaming else A2AProxy
     return ChildSpec(cls, agent_id or agent_id_for(card), placement or DEFAULT_PLACEMENT,
-                     restart, kwargs={"config": config})
+                     restart, kwargs={"config": config}, priority=priority)
 
 
 async def connect(runtime: Driver, url_or_card: str | AgentCard | Mapping[str, Any], *,
@@ -339,7 +344,8 @@ async def connect(runtime: Driver, url_or_card: str | AgentCard | Mapping[str, A
                   headers: Mapping[str, str] | None = None,
                   capabilities: Sequence[str] | None = None,
                   placement: Placement | None = None,
-                  probe_interval_s: float = 5.0, probe_misses: int = 2) -> AgentRecord:
+                  probe_interval_s: float = 5.0, probe_misses: int = 2,
+                  priority: int | Mapping[str, int] | None = None) -> AgentRecord:
     """Makes a remote A2A agent a reach agent: reads its card and spawns its proxy.
 
     Args:
@@ -352,6 +358,9 @@ async def connect(runtime: Driver, url_or_card: str | AgentCard | Mapping[str, A
         placement: Where the proxy runs (default: :data:`DEFAULT_PLACEMENT`).
         probe_interval_s: Seconds between probes of the remote.
         probe_misses: Unanswered probes in a row before the proxy is marked offline.
+        priority: The priority of the proxy's capabilities (one for all, or one by tag; 0 by
+            default, the primary's): ``priority=1`` makes the remote agent a backup of reach's
+            own holders of them.
 
     Returns:
         The proxy's registry record.
@@ -360,14 +369,16 @@ async def connect(runtime: Driver, url_or_card: str | AgentCard | Mapping[str, A
         AgentAlreadyExists: an agent with that ID is live.
         ConfigError: the card offers no interface the proxy speaks, or no skill to make a
             capability of (and no ``capabilities=`` is given), or a probe setting is invalid,
-            or ``agent_id`` uses a prefix reserved for reach's own processes.
+            or ``agent_id`` uses a prefix reserved for reach's own processes, or ``priority``
+            is not valid for the proxy's capabilities.
         AgentUnavailable, AgentNotFound, AuthError, ProtocolError: as :func:`read_card`.
     """
     spec = await proxy_spec(url_or_card, agent_id=agent_id, token=token, headers=headers,
                             capabilities=capabilities, placement=placement,
-                            probe_interval_s=probe_interval_s, probe_misses=probe_misses)
+                            probe_interval_s=probe_interval_s, probe_misses=probe_misses,
+                            priority=priority)
     return await runtime.spawn(spec.agent, spec.agent_id, placement=spec.placement,
-                               kwargs=spec.kwargs)
+                               kwargs=spec.kwargs, priority=spec.priority)
 
 
 __all__ = [

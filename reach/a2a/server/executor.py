@@ -59,7 +59,6 @@ from a2a.server.tasks import TaskManager
 from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus, TaskStatusUpdateEvent
 from a2a.utils.errors import InternalError
 
-from policies.discovery import pick_least_loaded
 from policies.tasks import Action, SeverityPolicy, TaskPolicy
 from policies.tasks import TaskState as ReachState
 from reach import clock
@@ -398,8 +397,7 @@ class ReachExecutor(AgentExecutor):
             return plan.target
         holders = await client.discover(plan.target)
         fresh = [h for h in holders if h.agent_id not in tried] or holders
-        (best,) = pick_least_loaded(fresh, 1, local_load=self._link.inflight,
-                                    tiebreak=self._link.next_tiebreak())
+        (best,) = self._link.pick(plan.target, fresh)
         return best.agent_id
 
 
