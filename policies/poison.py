@@ -5,8 +5,18 @@ while the request waits for its reply. Whoever waited (a driver, another agent, 
 task, a session) reports the death as a *kill*: the agent, the incarnation's epoch and the
 request's :func:`fingerprint`. The registry keeps a :class:`KillLedger`: once one fingerprint
 has been in the hands of ``poison_after`` distinct incarnations of one agent (2 by default),
-each of which died, it is quarantined for that agent, and neither that request nor any of the
-same content is delivered to the agent again for :data:`QUARANTINE_S`.
+each of which died, with no request of that content answered by the agent in between, it is
+quarantined for that agent, and neither that request nor any of the same content is delivered
+to the agent again for :data:`QUARANTINE_S`.
+
+A request of that content *answered* (a reply that is not an error) by an incarnation clears
+the kills of the incarnations before it (:meth:`KillLedger.answered`): the content did not kill
+that one, so the deaths it was in hands at were someone else's doing. This is what keeps a
+request sent often with the same content (a health probe, a status query, a router's identical
+queries) from being quarantined because it happened to be in hands at two unrelated deaths.
+Kills are cleared by epoch, not by arrival, so that an answer reported late never clears the
+kill of the incarnation that answered it (or of a later one); a quarantine is never cleared by
+an answer (a quarantined request is not delivered, so it cannot be answered).
 
 Counting distinct epochs, not reports, makes one death one kill however many callers saw it
 (two callers waiting on identical requests, or a resend reported twice). The requests of a
@@ -106,8 +116,9 @@ class Quarantined:
 
 
 class KillLedger:
-    """Kills of requests, counted per agent and fingerprint by distinct epochs, and the
-    quarantines they lead to (see the module's docstring).
+    """Kills of requests, counted per agent and fingerprint by distinct epochs (and cleared
+    by an answer from a later incarnation), and the quarantines they lead to (see the module's
+    docstring).
 
     Args:
         poison_after: Kills that quarantine a fingerprint.
@@ -154,6 +165,23 @@ class KillLedger:
             return Verdict(count, quarantined=False)
         self._hold(agent_id, print_, Quarantined(count, now + self.quarantine_s))
         return Verdict(count, quarantined=True, fresh=held is None)
+
+    def answered(self, agent_id: str, print_: str, epoch: int, now: float) -> bool:
+        """Records that the incarnation ``epoch`` of ``agent_id`` answered a request of
+        fingerprint ``print_``: the kills of that fingerprint in earlier incarnations are
+        forgotten (those of ``epoch`` and later ones are not; a quarantine stays). Returns
+        whether any kill was forgotten."""
+        key = (agent_id, print_)
+        kills = self._suspects.get(key)
+        if kills is None:
+            return False
+        kept = {e: at for e, at in kills.items() if e >= epoch and at > now - self.remember_s}
+        forgot = any(e < epoch for e in kills)
+        if kept:
+            self._suspects[key] = kept
+        else:
+            del self._suspects[key]
+        return forgot
 
     def _held_now(self, agent_id: str, print_: str, now: float) -> Quarantined | None:
         held = self._quarantined.get(agent_id, {}).get(print_)

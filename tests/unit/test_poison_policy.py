@@ -1,5 +1,6 @@
 """The poison rules as pure functions: a request's fingerprint, kills counted by distinct
-epochs per agent, quarantines, and the ledger's bounds in memory and time."""
+epochs per agent and cleared by an answer in between, quarantines, and the ledger's bounds in
+memory and time."""
 
 from __future__ import annotations
 
@@ -64,6 +65,50 @@ def test_kills_count_per_agent_and_per_fingerprint() -> None:
     assert ledger.note("a", "q", 2, 0.0).kills == 1  # another request to the same agent
     assert not ledger.holds("a")
     assert not ledger.holds("b")
+
+
+def test_an_answer_between_two_kills_starts_the_count_again() -> None:
+    ledger = KillLedger()
+    ledger.note("a", "p", 1, 0.0)
+    assert ledger.answered("a", "p", 2, 1.0)  # the next incarnation answered it
+    assert ledger.note("a", "p", 2, 2.0) == Verdict(1, quarantined=False)
+    assert not ledger.holds("a")
+    assert ledger.answered("a", "p", 3, 3.0)
+    assert ledger.note("a", "p", 3, 4.0) == Verdict(1, quarantined=False)
+    assert not ledger.holds("a")
+
+
+def test_two_kills_in_a_row_with_no_answer_between_quarantine_as_before() -> None:
+    ledger = KillLedger()
+    ledger.note("a", "p", 1, 0.0)
+    assert not ledger.answered("a", "q", 2, 1.0)  # another content's answer clears nothing
+    assert not ledger.answered("b", "p", 2, 1.0)  # nor the same content's, by another agent
+    assert ledger.note("a", "p", 2, 2.0) == Verdict(2, quarantined=True, fresh=True)
+
+
+def test_an_answer_clears_only_the_kills_of_incarnations_before_the_one_that_answered() -> None:
+    ledger = KillLedger()
+    ledger.note("a", "p", 2, 0.0)
+    # Answered by incarnation 2 before it died (reported late, after its death): it still
+    # counts; so does an answer from an older incarnation, arriving later still.
+    assert not ledger.answered("a", "p", 2, 1.0)
+    assert not ledger.answered("a", "p", 1, 1.0)
+    assert ledger.note("a", "p", 3, 2.0).quarantined
+
+
+def test_an_answer_never_releases_a_quarantine() -> None:
+    ledger = KillLedger()
+    ledger.note("a", "p", 1, 0.0)
+    ledger.note("a", "p", 2, 1.0)
+    ledger.answered("a", "p", 3, 2.0)
+    assert "p" in ledger.quarantined("a", 2.0)
+    assert ledger.note("a", "p", 3, 3.0) == Verdict(2, quarantined=True, fresh=False)
+
+
+def test_an_answer_for_a_request_that_killed_nothing_changes_nothing() -> None:
+    ledger = KillLedger()
+    assert not ledger.answered("a", "p", 1, 0.0)
+    assert ledger.note("a", "p", 1, 1.0) == Verdict(1, quarantined=False)
 
 
 def test_kills_further_apart_than_the_memory_are_not_one_poisons() -> None:
