@@ -4,7 +4,10 @@ Processes that waited on a request when its agent's process died report the deat
 :mod:`reach._runtime.poison`); the ward counts the reports by :mod:`policies.poison`'s rules,
 keeps each request that turns out poison as a dead letter with reason ``poison``, audits it,
 and tells the host of the agent's live incarnation (or the host registering a new one) which
-request contents to refuse from now on.
+request contents to refuse from now on. The same processes report when a later incarnation
+answers a request of a content they reported: the ward forgets that content's earlier kills,
+so that a request sent often (a health probe, a status query) is not taken for poison because
+it was in hands at two unrelated deaths.
 """
 
 from __future__ import annotations
@@ -73,6 +76,13 @@ class PoisonWard:
                                outcome=f"poison: killed {verdict.kills} incarnations, "
                                        "quarantined")
         return verdicts, letters, fresh
+
+    def forget(self, answers: Sequence[Sequence[Any]]) -> int:
+        """Forgets the kills of requests answered since (each ``[agent_id, epoch,
+        fingerprint]``: the incarnation that answered); returns how many had kills forgotten."""
+        now = clock.monotonic()
+        return sum(self.ledger.answered(str(agent_id), str(print_), int(epoch), now)
+                   for agent_id, epoch, print_ in answers)
 
     def holds(self, agent_id: str) -> bool:
         """Whether anything is quarantined for ``agent_id`` (a dict lookup)."""

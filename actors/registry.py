@@ -368,6 +368,18 @@ class Registry:
         await asyncio.gather(*(self.poison.tell(a, h) for a, h in hosts.items()))
         return verdicts
 
+    async def forget_kills(self, principal: str, data: bytes, sig: Any) -> int:
+        """Requests answered by an incarnation of their agent (``data``: a list of
+        ``[agent_id, epoch, fingerprint]``, signed by the process that got the replies) after
+        that process saw a death with the same content in hands: the kills of that content in
+        the agent's earlier incarnations are forgotten (a quarantine stays). Returns how many
+        contents had kills forgotten.
+
+        Raises:
+            AuthError: the signature does not verify.
+        """
+        return self.poison.forget(self._open(principal, data, sig, "forget_kills"))
+
     async def dead_letter(self, letters: list[DeadLetter]) -> None:
         """Records messages that could not be delivered, with their reasons (bounded)."""
         self.dead_letters_.extend(letters)

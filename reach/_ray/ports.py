@@ -183,6 +183,10 @@ class RayRegistry(RayPort, RegistryPort):
         """See :meth:`reach.ports.registry.RegistryPort.report_kills`."""
         return self.call("report_kills", principal, data, sig)
 
+    def forget_kills(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[int]:
+        """See :meth:`reach.ports.registry.RegistryPort.forget_kills`."""
+        return self.call("forget_kills", principal, data, sig)
+
     def dead_letter(self, letters: list[DeadLetter]) -> Awaitable[None]:
         """See :meth:`reach.ports.registry.RegistryPort.dead_letter`."""
         return self.call("dead_letter", letters)

@@ -58,7 +58,7 @@ class RegistryPort(Protocol):
       :meth:`deregister` (``[agent_ids, host]``), :meth:`mark` (``[agent_ids, status]``),
       :meth:`heartbeat` (``{agent_id: load}``: the unknown agents of every shard, the smallest
       interval, the ACL's version from its home shard), :meth:`report_kills` (the reports,
-      each by its agent);
+      each by its agent), :meth:`forget_kills` (the answers, each by its agent);
     - to every shard, merging the answers: :meth:`discover` (the union, ranked again with the
       same policy), :meth:`agents` (sorted by agent ID), :meth:`hosts` (the union),
       :meth:`dead_letters` (the last ``limit`` by time), :meth:`stats` (summed),
@@ -131,6 +131,14 @@ class RegistryPort(Protocol):
         ``[agent_id, epoch, fingerprint, request_id, sender, trace_id, schema]``, by the process
         that waited for the replies): for each, the incarnations its request killed lately and
         whether it is now quarantined (``poison``) for the agent."""
+        ...
+
+    def forget_kills(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[int]:
+        """Requests answered by an incarnation of their agent after a death with the same
+        content in hands (signed list of ``[agent_id, epoch, fingerprint]``, by the process
+        that got the replies): the kills of that content in the agent's earlier incarnations
+        are forgotten, a quarantine stays; how many contents had kills forgotten (callers need
+        not await it)."""
         ...
 
     def dead_letter(self, letters: list[DeadLetter]) -> Awaitable[None]:
