@@ -265,9 +265,10 @@ class RequestTimeout(ReachError):
 
 class PoisonMessage(ReachError):
     """A request killed its agent's process (the agent died while the request was in its hands)
-    in as many incarnations as the deployment's ``poison_after`` allows: it is quarantined for
-    that agent and never delivered to it again, nor is any request of the same content (the
-    same receiver, payload schema and payload).
+    in as many incarnations as the deployment's ``poison_after`` allows, with no request of its
+    content answered by the agent in between: it is quarantined for that agent and never
+    delivered to it again, nor is any request of the same content (the same receiver, payload
+    schema and payload).
 
     ``details`` name the ``agent_id``, the ``request_id``, the ``kills`` (incarnations it
     killed) and the content's ``fingerprint``.

@@ -2,7 +2,8 @@
 process talks with (link) and sends through (courier, the one send path), how a host runs a
 handler (runner) and answers the session calls every agent answers (session_calls), how a
 supervisor runs tasks (tasks), where hosts go (spawner), the session store's client (store),
-poison messages as callers report them and hosts refuse them (poison), metrics, and the names
+poison messages as callers report them (and the answers that clear them) and hosts refuse them
+(poison), metrics, and the names
 of reach's processes.
 
 Nothing here is public API: it talks to the cluster only through :mod:`reach.ports`, and

@@ -6,7 +6,9 @@ resent after a restart; a task's attempt; a remote agent's own request). A couri
 
 - a request until its reply (:meth:`Courier.call`): routed through the directory's cache, resent
   while its agent moves between hosts, failed at its deadline; when its agent's process dies with
-  it in hands, the death is reported, and a request that is poison fails as such;
+  it in hands, the death is reported, and a request that is poison fails as such; when a later
+  incarnation answers a request of a content so reported, the answer is reported too (it clears
+  that content's kills: see :mod:`reach._runtime.poison`);
 - a notification (:meth:`Courier.post`), kept as a dead letter when it cannot be handed over;
 - a streamed request's chunks until the stream's end (:meth:`Courier.stream`).
 
@@ -171,6 +173,8 @@ class Courier:
                     link.transport.forget(env.msg_id)
                 if reply.msg_type is MsgType.ERROR:
                     raise reply.to_error()
+                if env.receiver in link.kills.suspects:  # it died lately with this in hands?
+                    link.kills.answered(env, epoch)
                 return reply
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
@@ -235,6 +239,8 @@ class Courier:
                 if item.msg_type is MsgType.ERROR:
                     raise item.to_error()
                 if item.msg_type is MsgType.RESPONSE and item.payload_schema == STREAM_END_SCHEMA:
+                    if agent_id in self.link.kills.suspects:
+                        self.link.kills.answered(env, epoch)
                     return
                 yield item
         finally:

@@ -1,7 +1,8 @@
 """A process's way to talk: its cluster, transport and directory, its local loads, its way to
-the session store, and its reports of agents that died with its requests in their hands. Every
-process that sends (a driver, a host, a supervisor, a gateway replica, the session store) holds
-one :class:`Link`; what leaves through it goes by a :class:`~reach._runtime.courier.Courier`.
+the session store, and its reports of agents that died with its requests in their hands (and of
+the answers that clear them). Every process that sends (a driver, a host, a supervisor, a
+gateway replica, the session store) holds one :class:`Link`; what leaves through it goes by a
+:class:`~reach._runtime.courier.Courier`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Link:
         self.inflight: Counter[str] = Counter()
         self._rotation = itertools.count()
         self.store = StoreClient(cluster)
-        # Reports the deaths of agents with this process's requests in their hands.
+        # Reports the deaths of agents with this process's requests in their hands, and the
+        # answers of their later incarnations to requests of the same contents.
         self.kills = KillReporter(directory.registry, transport.codec.guard, transport.endpoint)
 
     @property

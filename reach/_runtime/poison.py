@@ -1,5 +1,5 @@
-"""Poison messages as the runtime meets them: the kills a process reports, and the quarantine a
-host enforces.
+"""Poison messages as the runtime meets them: the kills a process reports, the answers that
+clear them, and the quarantine a host enforces.
 
 The rules are :mod:`policies.poison`'s. Here, on the two sides of a request:
 
@@ -8,11 +8,22 @@ The rules are :mod:`policies.poison`'s. Here, on the two sides of a request:
   which counts it (one registry call per death and process: the reports of one death are sent
   together) and answers whether it is now poison; the caller then gets a fatal
   :class:`~reach.errors.PoisonMessage` instead of a retryable AgentUnavailable, so that no
-  session, task or user retries it;
+  session, task or user retries it. The reporter keeps the contents it reported, per agent
+  (:class:`Suspects`); when a later incarnation of that agent answers a request of one of them
+  (a response, or a stream's end), it tells the registry, which forgets that content's earlier
+  kills: a probe or a query sent often with the same content, in hands at unrelated deaths,
+  is so never taken for poison. Nothing is hashed after a reply unless this process reported a
+  death of its agent lately, and no call is made unless the reply answers a reported content
+  (then one, fire and forget, batched with the reports);
 - the receiver's side, :class:`Quarantine`: what the registry quarantined for a host's agents
   (told when it happens, and when an agent registers), so that the host refuses such a request
   from any sender, with the same fatal error. Nothing is hashed on a host while none of its
   agents has anything quarantined.
+
+Only a reply that is not an error clears: an error reply may come from the agent's host or
+runner refusing the request before its handler ran (its deadline passed, the hop limit, an ACL,
+an unknown schema, the quarantine itself), which proves nothing of the content, and a poison
+request refused once so would otherwise be handed to a third incarnation.
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from policies.poison import Quarantined, fingerprint
+from policies.poison import REMEMBER_S, Quarantined, fingerprint
+from reach import clock
 from reach.errors import PoisonMessage, ReachError
 from reach.ports.registry import RegistryPort
 from reach.protocol import Envelope
@@ -31,8 +43,13 @@ from reach.security.guard import Guard, signed_call
 log = logging.getLogger("reach._runtime.poison")
 
 #: Longest a caller waits for the registry's verdict on a kill before failing as it would have
-#: without one (a retryable AgentUnavailable).
+#: without one (a retryable AgentUnavailable); also the longest the reporter waits for the
+#: registry to take the answers it reports.
 REPORT_WAIT_S = 2.0
+#: Contents a process remembers reporting, per agent, and agents with any, at most (the
+#: oldest dropped first).
+MAX_LOCAL_SUSPECTS = 1000
+MAX_SUSPECT_AGENTS = 10_000
 
 
 def poison_error(agent_id: str, request_id: str, kills: int, print_: str) -> PoisonMessage:
@@ -51,8 +68,41 @@ def envelope_print(env: Envelope) -> str:
     return fingerprint(env.receiver, env.payload_schema, env.payload)
 
 
+class Suspects(dict[str, dict[str, float]]):
+    """The request contents a process reported in hands at a death, by agent ID, each with
+    when it last reported it (on the monotonic clock): empty, and falsy, until it reports one;
+    a dict, so that the test after each reply is the dict's own, at no cost. A content is
+    forgotten once answered, after :data:`~policies.poison.REMEMBER_S` (when the registry's
+    ledger forgets its kills too), or past the bounds, the oldest first."""
+
+    def add(self, agent_id: str, print_: str, now: float) -> None:
+        """Remembers that ``print_`` was reported in hands at a death of ``agent_id``."""
+        prints = self.get(agent_id)
+        if prints is None:
+            while len(self) >= MAX_SUSPECT_AGENTS:
+                del self[next(iter(self))]
+            prints = self[agent_id] = {}
+        prints.pop(print_, None)
+        prints[print_] = now
+        while len(prints) > MAX_LOCAL_SUSPECTS:
+            del prints[next(iter(prints))]
+
+    def take(self, agent_id: str, print_: str, now: float) -> bool:
+        """Forgets ``print_`` for ``agent_id`` (and what expired); whether it was suspected."""
+        prints = self.get(agent_id)
+        if prints is None:
+            return False
+        while prints and next(iter(prints.values())) <= now - REMEMBER_S:
+            del prints[next(iter(prints))]  # reported earliest first: the expired lead
+        found = prints.pop(print_, None) is not None
+        if not prints:
+            del self[agent_id]
+        return found
+
+
 class KillReporter:
-    """Reports a process's requests that were in the hands of an agent when it died.
+    """Reports a process's requests that were in the hands of an agent when it died, and the
+    answers, by a later incarnation, to requests of a content it so reported.
 
     Args:
         registry: The registry, which counts the kills.
@@ -64,7 +114,12 @@ class KillReporter:
         self._registry = registry
         self._guard = guard
         self._principal = principal
-        self._queue: list[tuple[list[Any], asyncio.Future[tuple[int, bool] | None]]] = []
+        #: The contents this process reported, by agent (see :class:`Suspects`): the courier
+        #: calls :meth:`answered` after a reply only for an agent in it.
+        self.suspects = Suspects()
+        # Kill reports (with the future of their verdict) and answers (with None), in the order
+        # they were made: the registry must see a kill and a later answer in that order.
+        self._queue: list[tuple[list[Any], asyncio.Future[tuple[int, bool] | None] | None]] = []
         self._sending: asyncio.Task[None] | None = None
 
     async def report(self, env: Envelope, epoch: int) -> PoisonMessage | None:
@@ -72,12 +127,11 @@ class KillReporter:
         hands; returns the fatal error to raise when that makes the request poison, None
         otherwise (or when the registry did not answer within :data:`REPORT_WAIT_S`)."""
         print_ = envelope_print(env)
-        loop = asyncio.get_running_loop()
-        verdict: asyncio.Future[tuple[int, bool] | None] = loop.create_future()
-        self._queue.append(([env.receiver, epoch, print_, env.msg_id, env.sender,
-                             env.trace_id or "", env.payload_schema], verdict))
-        if self._sending is None or self._sending.done():
-            self._sending = loop.create_task(self._send())
+        self.suspects.add(env.receiver, print_, clock.monotonic())
+        verdict: asyncio.Future[tuple[int, bool] | None] = (
+            asyncio.get_running_loop().create_future())
+        self._enqueue([env.receiver, epoch, print_, env.msg_id, env.sender, env.trace_id or "",
+                       env.payload_schema], verdict)
         try:
             answer = await asyncio.wait_for(asyncio.shield(verdict), REPORT_WAIT_S)
         except TimeoutError:
@@ -87,25 +141,62 @@ class KillReporter:
                         env.receiver, env.msg_id, env.trace_id)
             return None
         kills, quarantined = answer
-        return poison_error(env.receiver, env.msg_id, kills, print_) if quarantined else None
+        if not quarantined:
+            return None
+        self.suspects.take(env.receiver, print_, clock.monotonic())  # never answered now
+        return poison_error(env.receiver, env.msg_id, kills, print_)
+
+    def answered(self, env: Envelope, epoch: int) -> None:
+        """Notes that the incarnation ``epoch`` of ``env``'s receiver answered ``env`` (a reply
+        that is not an error): if this process reported its content in hands at a death of
+        that agent, the registry is told to forget that content's earlier kills (fire and
+        forget). Called only for a receiver in :attr:`suspects` (only then is ``env`` hashed).
+        """
+        print_ = envelope_print(env)
+        if self.suspects.take(env.receiver, print_, clock.monotonic()):
+            self._enqueue([env.receiver, epoch, print_], None)
+
+    def _enqueue(self, item: list[Any],
+                 verdict: asyncio.Future[tuple[int, bool] | None] | None) -> None:
+        self._queue.append((item, verdict))
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.get_running_loop().create_task(self._send())
 
     async def _send(self) -> None:
         # Every caller woken by one death reports in the loop iterations that follow it: one
-        # registry call carries them all (and those made meanwhile go in the next one).
+        # registry call carries them all (and those made meanwhile go in the next one). Kills
+        # and answers leave in the order they were made, each run of one kind in one call.
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         while self._queue:
-            batch, self._queue = self._queue, []
+            kills = self._queue[0][1] is not None
+            run = next((i for i, (_, v) in enumerate(self._queue) if (v is not None) != kills),
+                       len(self._queue))
+            batch, self._queue = self._queue[:run], self._queue[run:]
             data, sig = signed_call(self._guard, self._principal, [r for r, _ in batch])
-            answers: list[tuple[int, bool] | None]
-            try:
-                answers = list(await self._registry.report_kills(self._principal, data, sig))
-            except ReachError as exc:
-                log.warning("reporting %d kills failed: %s", len(batch), exc)
-                answers = [None] * len(batch)
-            for (_, verdict), answer in zip(batch, answers, strict=True):
-                if not verdict.done():
-                    verdict.set_result(answer)
+            if kills:
+                await self._send_kills(batch, data, sig)
+            else:
+                await self._send_answers(len(batch), data, sig)
+
+    async def _send_kills(self, batch: list[tuple[list[Any], Any]], data: bytes,
+                          sig: Any) -> None:
+        answers: list[tuple[int, bool] | None]
+        try:
+            answers = list(await self._registry.report_kills(self._principal, data, sig))
+        except ReachError as exc:
+            log.warning("reporting %d kills failed: %s", len(batch), exc)
+            answers = [None] * len(batch)
+        for (_, verdict), answer in zip(batch, answers, strict=True):
+            if verdict is not None and not verdict.done():
+                verdict.set_result(answer)
+
+    async def _send_answers(self, count: int, data: bytes, sig: Any) -> None:
+        try:
+            await asyncio.wait_for(self._registry.forget_kills(self._principal, data, sig),
+                                   REPORT_WAIT_S)
+        except (ReachError, TimeoutError) as exc:
+            log.info("reporting %d answers to suspected requests failed: %s", count, exc)
 
 
 class Quarantine(dict[str, dict[str, Quarantined]]):
@@ -140,4 +231,13 @@ class Quarantine(dict[str, dict[str, Quarantined]]):
         return poison_error(env.receiver, env.msg_id, entry.kills, print_)
 
 
-__all__ = ["REPORT_WAIT_S", "KillReporter", "Quarantine", "envelope_print", "poison_error"]
+__all__ = [
+    "MAX_LOCAL_SUSPECTS",
+    "MAX_SUSPECT_AGENTS",
+    "REPORT_WAIT_S",
+    "KillReporter",
+    "Quarantine",
+    "Suspects",
+    "envelope_print",
+    "poison_error",
+]
