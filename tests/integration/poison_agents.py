@@ -1,8 +1,9 @@
-"""An agent whose process dies on a marked payload (importable by Ray workers through
+"""Agents whose process dies on a marked payload (importable by Ray workers through
 PYTHONPATH), for the poison-message tests."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -33,3 +34,25 @@ class Brittle(reach.Agent):
         if m.text.startswith("poison"):
             os._exit(1)
         return Dose(text=f"{self.id} took {m.text}")
+
+
+@reach.schema("test.probe@1.0")
+class Probe(BaseModel):
+    """A health probe: always the same (empty) content."""
+
+
+@reach.schema("test.probed@1.0")
+class Probed(BaseModel):
+    pid: int
+
+
+class Watched(Brittle):
+    """A Brittle agent that also answers probes, slowly (a probe is in its hands at any
+    moment while a caller probes it often), with the process's ID."""
+
+    capabilities = ("test.watched",)
+
+    @reach.handler(Probe, returns=Probed)
+    async def probe(self, ctx: reach.Context, m: Probe) -> Probed:
+        await asyncio.sleep(0.2)
+        return Probed(pid=os.getpid())

@@ -2,7 +2,9 @@
 two incarnations of its agent, sent by a plain request, by a session request and by a
 supervised task, ends as a ``poison`` dead letter with a fatal PoisonMessage to its caller,
 audited, and is never handed to the agent a third time, while an unmarked request to the same
-agent afterwards is answered.
+agent afterwards is answered. A probe of always the same content, in hands at two crashes of
+its agent (each by a request of its own) and answered in between, is not poison: it keeps
+being answered.
 
 The Ray cluster is shared by the whole integration session: the agents and the supervisor here
 have names of their own (``pm-`` prefix), and the test stops what it started.
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poison_agents import Brittle, Dose
+from poison_agents import Brittle, Dose, Probe, Probed, Watched
 from ray_helpers import wait_until
 
 import reach
@@ -114,3 +116,62 @@ async def test_a_request_that_kills_two_incarnations_is_quarantined_however_it_i
     finally:
         with contextlib.suppress(reach.ReachError, TimeoutError):
             await asyncio.wait_for(sup.stop(), timeout=30)
+
+
+async def test_a_probe_answered_between_two_crashes_of_its_agent_keeps_being_answered(
+    rt: Any, tmp_path: Path,
+) -> None:
+    path = tmp_path / "handed.txt"
+    sup = await rt.supervise(SupervisorSpec(
+        "pm-probes", intensity=GENEROUS,
+        children=[ChildSpec(Watched, "pm-probed", args=(str(path),))]))
+    pids: list[int] = []  # the process of each probe's answer, in order
+    failures: list[reach.ReachError] = []
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        try:
+            reply = await rt.client.request("pm-probed", Probe(), returns=Probed,
+                                            timeout_ms=TIMEOUT_MS)
+            pids.append(reply.value.pid)
+        except reach.ReachError as exc:
+            failures.append(exc)
+
+    async def probing() -> None:
+        # A probe leaves every 20 ms and takes 200 ms: some are in hands at any moment.
+        out: set[asyncio.Future[None]] = set()
+        while not stop.is_set():
+            call = asyncio.ensure_future(probe())
+            out.add(call)
+            call.add_done_callback(out.discard)
+            await asyncio.sleep(0.02)
+        await asyncio.gather(*out)
+
+    async def answered_by_another(than: list[int]) -> int:
+        return next((pid for pid in pids if pid not in than), 0)
+
+    prober = asyncio.ensure_future(probing())
+    try:
+        seen = [await wait_until(lambda: answered_by_another([]), timeout_s=60)]
+        for i in (1, 2):
+            with pytest.raises(reach.AgentUnavailable):  # a crash of its own: killed once
+                await rt.client.request("pm-probed", Dose(text=f"poison crash {i}"),
+                                        timeout_ms=TIMEOUT_MS)
+            seen.append(await wait_until(lambda: answered_by_another(seen), timeout_s=60))
+
+        async def answered_after_both() -> bool:
+            return pids.count(seen[-1]) >= 10
+
+        await wait_until(answered_after_both, timeout_s=60)
+    finally:
+        stop.set()
+        await prober
+        with contextlib.suppress(reach.ReachError, TimeoutError):
+            await asyncio.wait_for(sup.stop(), timeout=30)
+    assert len(set(seen)) == 3  # three incarnations, each answered probes
+    assert failures  # probes were in hands at the crashes: they failed with them
+    assert all(isinstance(f, reach.AgentUnavailable) for f in failures), failures
+    assert not [d for d in await rt.dead_letters() if d.code == "poison"
+                and d.receiver == "pm-probed"]
+    assert handed(path, "pm-probed", "poison crash 1") == 1
+    assert handed(path, "pm-probed", "poison crash 2") == 1
