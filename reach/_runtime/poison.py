@@ -11,10 +11,10 @@ The rules are :mod:`policies.poison`'s. Here, on the two sides of a request:
   session, task or user retries it. The reporter keeps the contents it reported, per agent
   (:class:`Suspects`); when a later incarnation of that agent answers a request of one of them
   (a response, or a stream's end), it tells the registry, which forgets that content's earlier
-  kills: a probe or a query sent often with the same content, in hands at unrelated deaths,
-  is so never taken for poison. Nothing is hashed after a reply unless this process reported a
-  death of its agent lately, and no call is made unless the reply answers a reported content
-  (then one, fire and forget, batched with the reports);
+  kills, so that a probe or a query sent often with the same content, in hands at unrelated
+  deaths, is never taken for poison. Nothing is hashed after a reply unless this process
+  reported a death of its agent lately, and no call is made unless the reply answers a reported
+  content (then one, fire and forget, batched with the reports);
 - the receiver's side, :class:`Quarantine`: what the registry quarantined for a host's agents
   (told when it happens, and when an agent registers), so that the host refuses such a request
   from any sender, with the same fatal error. Nothing is hashed on a host while none of its
