@@ -162,12 +162,28 @@ class Incarnation(BaseModel):
     token: str
 
 
-def crash_now(mark: str) -> None:
-    """Writes this moment (epoch seconds) to ``mark``, then ends this process at once."""
+def crash_now(mark: str, token: str = "") -> None:
+    """Writes this moment (epoch seconds) and ``token`` (the incarnation's, if any) to ``mark``,
+    then ends this process at once."""
     fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, repr(time.time()).encode("ascii"))
+    os.write(fd, f"{time.time()!r} {token}".encode("ascii"))
     os.close(fd)
     os._exit(1)
+
+
+def read_mark(mark: str) -> tuple[float, str] | None:
+    """What :func:`crash_now` wrote to ``mark``: the moment and the token; None while nothing
+    (or not all of it) is there."""
+    try:
+        with open(mark, encoding="ascii") as f:
+            text = f.read()
+    except OSError:
+        return None
+    moment, _, token = text.partition(" ")
+    try:
+        return float(moment), token
+    except ValueError:  # being written
+        return None
 
 
 class Victim(reach.Agent):
@@ -186,8 +202,8 @@ class Victim(reach.Agent):
 
     @reach.handler(Crash, returns=Incarnation)
     async def crash(self, ctx: reach.Context, c: Crash) -> Incarnation:
-        """Ends this process (never returns)."""
-        crash_now(c.mark)
+        """Ends this process (never returns), naming this incarnation in the mark."""
+        crash_now(c.mark, self.token)
         raise AssertionError("unreachable")  # pragma: no cover
 
 

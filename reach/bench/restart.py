@@ -1,6 +1,14 @@
 """Restart latency: from an agent's death to its new incarnation's first reply, as a caller sees it.
 
-Contestants, all in one Ray, taking turns death by death (the order rotates every round):
+Two scenarios (``--scenario isolated|steady|both``, both by default), each on a Ray of its own:
+the isolated one, below, where every death starts from the steady state, and the steady one
+(:mod:`reach.bench.restart_steady`), where 20 agents under one supervisor crash one a second
+(``--crashes``, 30; ``--crash-every``, 1 s) and nothing is awaited between two crashes. Both go
+into ``restart.json``, the steady scenario's under its ``steady`` key (a run of one scenario
+keeps the other's figures in the file).
+
+The isolated scenario's contestants, all in one Ray, taking turns death by death (the order
+rotates every round):
 
 - packed:          a supervised agent in a pool of 2 hosts; its host dies, it moves to the other
                    live host (the dead one is started again, empty, in the background);
@@ -34,14 +42,14 @@ and its own restart latency (detection to running again, from its ``RestartRecor
 that needed several attempts counts from the last one's), the speedups against Ray's restart
 and the goals (packed p50 <= 50 ms, p95 <= 150 ms; dedicated with a spare p50 <= 100 ms,
 p95 <= 300 ms; both at least 10x faster than Ray's restart at p50); writes ``restart.json``
-into the results folder (:mod:`reach.bench.results`; ``--quick``: 5 deaths of each kind). Exits
-non-zero if an agent did not come back. Other Ray instances on the machine disturb the figures:
-the number of raylets seen during the run is reported, and so is the commit of the checkout the
-code runs from, if it is one (hosts started during the run import the code on disk: an edit
-made meanwhile is what they run). Each round's figures are printed as it ends (a line every
-few seconds).
-Run: ``python -m reach.bench.restart [--restarts N] [--probe-every MS] [--address ADDR] [--logs]
-[--out DIR]``.
+into the results folder (:mod:`reach.bench.results`; ``--quick``: 5 deaths of each kind, 10
+steady crashes). Exits non-zero if an agent did not come back. Other Ray instances on the
+machine disturb the figures: the number of raylets seen during the run is reported, and so is
+the commit of the checkout the code runs from, if it is one (hosts started during the run import
+the code on disk: an edit made meanwhile is what they run). Each round's figures are printed as
+it ends (a line every few seconds).
+Run: ``python -m reach.bench.restart [--scenario S] [--restarts N] [--crashes N]
+[--crash-every S] [--probe-every MS] [--address ADDR] [--logs] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -49,10 +57,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,10 +80,21 @@ from reach.bench.restart_probe import (
     Death,
     RayAnchor,
     ReachVictim,
-    cmdline,
+    commit,
     die_and_return,
+    pct,
+    raylets,
 )
-from reach.bench.results import add_out, write
+from reach.bench.restart_steady import (
+    CRASH_EVERY_S,
+    CRASHES,
+    DEDICATED,
+    PACKED,
+    PLACEMENTS,
+    QUICK_CRASHES,
+    run_steady,
+)
+from reach.bench.results import add_out, folder, write
 
 KINDS = ("sigkill", "crash")
 CONTESTANTS = ("packed", "dedicated_spare", "dedicated_cold", "ray")
@@ -85,47 +103,6 @@ PROBE_EVERY_MS = 2.0
 #: The goals: (p50, p95) in ms, and how much faster than Ray's restart (at p50).
 GOALS = {"packed": (50.0, 150.0), "dedicated_spare": (100.0, 300.0)}
 SPEEDUP_GOAL = 10.0
-#: The checkout this module is in, if it is one (a wheel's install is not).
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def pct(values: list[float], p: int) -> float | None:
-    """The ``p``-th percentile of ``values`` (the one value if one, None if none)."""
-    if len(values) < 2:
-        return values[0] if values else None
-    return round(statistics.quantiles(values, n=100, method="inclusive")[p - 1], 2)
-
-
-def commit() -> str | None:
-    """The checkout's commit, marked ``+dirty`` when tracked files differ from it (new
-    processes import the code as it is on disk when they start); None outside a checkout."""
-    if not (CHECKOUT / ".git").exists():
-        return None
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=CHECKOUT).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True,
-                               cwd=CHECKOUT).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
-
-
-def raylets() -> int:
-    """How many Ray nodes run on this machine: raylets, by session (a raylet's child between
-    fork and exec, as it starts a worker, shows the same command line: it is not counted)."""
-    sessions = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        args = cmdline(int(entry)).split(b"\0")
-        if args[0].endswith(b"/raylet"):
-            sessions.add(next((a for a in args if a.startswith(b"--raylet_socket_name=")),
-                              entry.encode()))
-    return len(sessions)
-
-
 def summary(deaths: list[Death]) -> dict[str, Any]:
     """The figures of one contestant's deaths of one kind."""
     ms = [d.ms for d in deaths if d.ms is not None]
@@ -285,27 +262,64 @@ async def run(restarts: int, address: str | None, *, logs: bool = False,
             **verdict, "contestants": figures}
 
 
+def merged(path: Path, isolated: dict[str, Any] | None,
+           steady: dict[str, Any] | None) -> dict[str, Any]:
+    """The figures to write to ``path``: those of the scenarios run now over those the file
+    holds (a run of one scenario keeps the other's figures)."""
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        previous = {}
+    if not isinstance(previous, dict):
+        previous = {}
+    out = dict(isolated) if isolated is not None else previous
+    kept = steady if steady is not None else previous.get("steady")
+    if kept is not None:
+        out["steady"] = kept
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the restart benchmark and writes its figures; non-zero if an agent did not return."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--scenario", choices=("isolated", "steady", "both"), default="both",
+                        help="isolated deaths, the steady trickle of crashes, or both (both)")
     parser.add_argument("--restarts", type=int, default=20,
-                        help="deaths of each kind per contestant (20)")
+                        help="isolated: deaths of each kind per contestant (20)")
+    parser.add_argument("--crashes", type=int, default=CRASHES,
+                        help=f"steady: crashes, one every --crash-every ({CRASHES})")
+    parser.add_argument("--crash-every", type=float, default=CRASH_EVERY_S,
+                        help=f"steady: seconds between two crashes ({CRASH_EVERY_S:g})")
     parser.add_argument("--address", default=None)
     parser.add_argument("--logs", action="store_true",
                         help="show the actors' logs (reach's warnings) on this driver's stderr")
     parser.add_argument("--probe-every", type=float, default=PROBE_EVERY_MS,
                         help="milliseconds between the caller's probes (2)")
-    parser.add_argument("--quick", action="store_true", help="5 deaths of each kind")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"5 deaths of each kind, {QUICK_CRASHES} steady crashes")
     add_out(parser)
     args = parser.parse_args(argv)
     if args.quick:
-        args.restarts = 5
-    print(f"{args.restarts} deaths of each kind per contestant: "
-          f"{', '.join(CONTESTANTS)}; kinds {', '.join(KINDS)}", flush=True)
-    figures = asyncio.run(run(args.restarts, args.address, logs=args.logs,
-                              probe_every_ms=args.probe_every))
-    write(args, "restart", figures)
-    failed = sum(figures["contestants"][n][k]["failed"] for n in CONTESTANTS for k in KINDS)
+        args.restarts, args.crashes = 5, QUICK_CRASHES
+    isolated = steady = None
+    failed = 0
+    if args.scenario in ("isolated", "both"):
+        print(f"{args.restarts} deaths of each kind per contestant: "
+              f"{', '.join(CONTESTANTS)}; kinds {', '.join(KINDS)}", flush=True)
+        isolated = asyncio.run(run(args.restarts, args.address, logs=args.logs,
+                                   probe_every_ms=args.probe_every))
+        failed += sum(isolated["contestants"][n][k]["failed"] for n in CONTESTANTS
+                      for k in KINDS)
+    if args.scenario in ("steady", "both"):
+        print(f"steady: {DEDICATED} dedicated and {PACKED} packed agents under one supervisor, "
+              f"a crash every {args.crash_every:g} s, {args.crashes} crashes", flush=True)
+        steady = asyncio.run(run_steady(
+            args.address, args.crashes, every_s=args.crash_every,
+            probe_every_s=args.probe_every / 1000, logs=args.logs,
+            work=Path(tempfile.mkdtemp(prefix="reach-steady-"))))
+        failed += sum(steady[p]["failed"] for p in PLACEMENTS)
+    write(args, "restart", merged(folder(args.out, args.quick) / "restart.json", isolated,
+                                  steady))
     if failed:
         print(f"FAIL: {failed} deaths without a return (see 'note' in the JSON)")
     return 1 if failed else 0

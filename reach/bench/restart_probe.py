@@ -13,6 +13,8 @@ import collections
 import os
 import secrets
 import signal
+import statistics
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any, Protocol
 
 import reach
 from reach._runtime.names import POOL_PREFIX
-from reach.bench.agents import Crash, Incarnation, Ping
+from reach.bench.agents import Crash, Incarnation, Ping, read_mark
 from reach.bench.anchors import ray_victim
 from reach.bench.quiet import busy_since, cpu_times
 
@@ -68,6 +70,47 @@ def cmdline(pid: int) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+#: The checkout this module is in, if it is one (a wheel's install is not).
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def pct(values: list[float], p: int) -> float | None:
+    """The ``p``-th percentile of ``values`` (the one value if one, None if none)."""
+    if len(values) < 2:
+        return values[0] if values else None
+    return round(statistics.quantiles(values, n=100, method="inclusive")[p - 1], 2)
+
+
+def commit() -> str | None:
+    """The checkout's commit, marked ``+dirty`` when tracked files differ from it (new
+    processes import the code as it is on disk when they start); None outside a checkout."""
+    if not (CHECKOUT / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=CHECKOUT).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True,
+                               cwd=CHECKOUT).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def raylets() -> int:
+    """How many Ray nodes run on this machine: raylets, by session (a raylet's child between
+    fork and exec, as it starts a worker, shows the same command line: it is not counted)."""
+    sessions = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        args = cmdline(int(entry)).split(b"\0")
+        if args[0].endswith(b"/raylet"):
+            sessions.add(next((a for a in args if a.startswith(b"--raylet_socket_name=")),
+                              entry.encode()))
+    return len(sessions)
 
 
 class ReachVictim:
@@ -260,11 +303,11 @@ async def die_and_return(c: Contestant, kind: str, marks: Path, every_s: float) 
     death.busy = busy_since(before)
     if crash is not None:
         await asyncio.gather(crash, return_exceptions=True)  # it fails: its process died
-        try:
-            died = float(mark.read_text(encoding="ascii"))
-        except (OSError, ValueError):
+        written = read_mark(str(mark))
+        if written is None:
             death.note = "the crash left no mark"
             return death
+        died = written[0]
         death.sent_to_crash_ms = round((died - sent) * 1000, 2)
     if arrived is None:
         death.note = f"no new incarnation within {BACK_WITHIN_S:.0f} s"

@@ -1,14 +1,15 @@
 """The benchmark chart: throughput and latency by contestant, drawn from the results folder's
 ``*.json`` (``bench/results/`` by default), as the ``reach.bench`` modules write them.
 
-Ten panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
+Eleven panels in one PNG: messages per second and p50/p95 latency of the seed scenario's
 contestants (raw Ray first, then each reach placement), the same for the I/O-bound scenario's
 (with each one's share of the ideal throughput), the codec's cost per envelope beside pickle,
 the session store's append rate by commit strategy, A2A calls through the gateway beside the
 direct client, a trivial Ray Serve echo and the outbound proxy, and the p50/p95 restart latency
 (an agent's death to its new incarnation's first reply) after a SIGKILL and after a crash, Ray's
-own restart first, then reach's, against the goals. A panel whose results file is missing says
-so instead of failing, so a partial run still gives a chart.
+own restart first, then reach's, against the goals, with the steady scenario's (a crash a second
+among 20 agents) p50/p95/max beside them. A panel whose results file is missing says so instead
+of failing, so a partial run still gives a chart.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ RESTART_GOALS_MS = {"packed": 50.0, "dedicated_spare": 100.0}
 #: The kinds of death the restart benchmark times, and each one's panel title.
 RESTART_KINDS = {"sigkill": "Restart after a SIGKILL of the agent's process",
                  "crash": "Restart after a crash (the handler calls os._exit)"}
+#: The restart benchmark's steady scenario: its placements as the chart names them, and its
+#: goals for both, in ms (``GOAL_P50_MS``, ``GOAL_MAX_MS`` in ``reach.bench.restart_steady``).
+STEADY_LABELS = {"packed": "reach packed", "dedicated": "reach dedicated"}
+STEADY_GOALS_MS = {"p50": 60.0, "max": 300.0}
+MAX_COLOUR = "#c44e52"
 
 
 def load(folder: Path) -> tuple[dict[str, Any], list[str]]:
@@ -129,6 +135,32 @@ def restarts(figures: Mapping[str, Any], kind: str) -> list[Restart]:
             for key, run in rows]
 
 
+@dataclass(frozen=True)
+class Steady:
+    """One placement's restarts in the steady scenario (a crash every second, not waiting for
+    the previous return): from each crash to the first reply of the new incarnation."""
+
+    label: str
+    p50_ms: float | None
+    p95_ms: float | None
+    max_ms: float | None
+    returned: int
+    failed: int
+
+
+def steady(figures: Mapping[str, Any]) -> list[Steady]:
+    """The steady scenario's placements, packed then dedicated, from ``restart.json`` as read
+    (its ``steady`` key); none when it holds no steady figures."""
+    found = figures.get("steady")
+    if not isinstance(found, Mapping):
+        return []
+    return [Steady(label=label, p50_ms=_ms(run.get("p50_ms")), p95_ms=_ms(run.get("p95_ms")),
+                   max_ms=_ms(run.get("max_ms")), returned=int(run.get("n", 0)),
+                   failed=int(run.get("failed", 0)))
+            for key, label in STEADY_LABELS.items()
+            if isinstance(run := found.get(key), Mapping)]
+
+
 def _ms(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -146,7 +178,7 @@ def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmark
     io_through, io_latency = rows[1, 0].subplots(1, 2)
     codec, sessions = rows[2, 0].subplots(1, 2)
     gw_through, gw_latency = rows[3, 0].subplots(1, 2)
-    restart_axes = rows[4, 0].subplots(1, len(RESTART_KINDS))
+    restart_axes = rows[4, 0].subplots(1, len(RESTART_KINDS) + 1)
     seed = contestants(results.get("seed_scenario", {}))
     _throughput(through, seed, "Seed scenario", "reach bench --only seed_scenario")
     _latency(latency, seed, "Seed scenario", "reach bench --only seed_scenario")
@@ -160,8 +192,9 @@ def draw(results: Mapping[str, Any], out: Path, *, title: str = "reach benchmark
     _throughput(gw_through, gateway, "A2A from outside", "reach bench --only gateway")
     _latency(gw_latency, gateway, "A2A from outside", "reach bench --only gateway")
     restart = results.get("restart", {})
-    for ax, kind in zip(restart_axes, RESTART_KINDS, strict=True):
+    for ax, kind in zip(restart_axes[:-1], RESTART_KINDS, strict=True):
         _restart(ax, restart, kind)
+    _steady(restart_axes[-1], restart)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")
     return out
@@ -322,7 +355,7 @@ def _restart(ax: Axes, figures: Mapping[str, Any], kind: str) -> None:
              for v in (r.p50_ms, r.p95_ms, r.goal_p50_ms) if v]
     if known:  # room below the shortest bar and above the tallest one's label
         ax.set_ylim(min(known) / 2, max(known) * 2)
-    ax.set_xticks(list(xs), [_restart_tick(r) for r in found], fontsize=9)
+    ax.set_xticks(list(xs), [_restart_tick(r) for r in found], fontsize=8)
     deaths = max(r.returned + r.failed for r in found)
     overlapped = " (other Rays ran meanwhile)" if figures.get("other_rays_overlapped") else ""
     ax.set_title(f"{title}\n{deaths} deaths each, kill to first good reply{overlapped}")
@@ -330,12 +363,57 @@ def _restart(ax: Axes, figures: Mapping[str, Any], kind: str) -> None:
     ax.legend(loc="upper left", fontsize=8)
 
 
+def _steady(ax: Axes, figures: Mapping[str, Any]) -> None:
+    title = "Steady: a crash a second, none awaited"
+    found = steady(figures)
+    if not found:
+        _missing(ax, title, "reach bench --only restart")
+        return
+    xs = range(len(found))
+    width = 0.27
+    for i, (key, colour) in enumerate((("p50", P50_COLOUR), ("p95", P95_COLOUR),
+                                       ("max", MAX_COLOUR))):
+        values = [getattr(r, f"{key}_ms") for r in found]
+        bars = ax.bar([x + (i - 1) * width for x in xs],
+                      [math.nan if v is None else v for v in values], width, label=key,
+                      color=colour)
+        ax.bar_label(bars, labels=["" if v is None else f"{v:,.0f}" for v in values], padding=2,
+                     fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
+                     zorder=4)
+    for key, style in (("p50", "--"), ("max", ":")):
+        ax.axhline(STEADY_GOALS_MS[key], color="#222222", linestyle=style, linewidth=1.2,
+                   label=f"{key} goal: {STEADY_GOALS_MS[key]:,.0f} ms")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    known = [v for r in found for v in (r.p50_ms, r.max_ms) if v] + list(STEADY_GOALS_MS.values())
+    ax.set_ylim(min(known) / 2, max(known) * 8)  # the legend above the tallest bar's label
+    ax.set_xticks(list(xs), [_steady_tick(r) for r in found], fontsize=8)
+    run = figures["steady"]
+    dedicated = run.get("dedicated", {})
+    overlapped = " (other Rays ran meanwhile)" if run.get("other_rays_overlapped") else ""
+    ax.set_title(f"{title}\n{run.get('crashes', '?')} crashes of 20 agents, "
+                 f"{run.get('supervisor_restarts', '?')} restarts{overlapped}\n"
+                 f"dedicated: {dedicated.get('warm_spare', '?')} into a warm spare, "
+                 f"{dedicated.get('cold', '?')} cold")
+    ax.set_ylabel("milliseconds, log scale (lower is better)")
+    ax.legend(loc="upper left", fontsize=7, ncols=2)
+
+
+def _steady_tick(r: Steady) -> str:
+    lines = [r.label.replace(" ", "\n"), f"{r.returned} crashes"]
+    if r.failed:
+        lines.append(f"{r.failed} never back")
+    return "\n".join(lines)
+
+
 def _restart_tick(r: Restart) -> str:
-    """The label in lines of at most 16 characters, then the goal and the deaths not followed
-    by a return, if any."""
-    lines = [textwrap.fill(r.label, 16)]
+    """The label in lines of at most 12 characters (three panels share the row), then the goal
+    and the deaths not followed by a return, if any."""
+    lines = [textwrap.fill(r.label, 12)]
     if r.goal_p50_ms:
-        lines.append(f"goal: p50 \u2264 {r.goal_p50_ms:,.0f} ms")
+        lines.append(f"goal: p50\n\u2264 {r.goal_p50_ms:,.0f} ms")
     if r.failed:
         lines.append(f"{r.failed} of {r.returned + r.failed} never back")
     return "\n".join(lines)

@@ -75,6 +75,12 @@ RESTART = {
                 "crash": restart_figures(565.8, 649.5)},
     },
 }
+STEADY = {
+    "crashes": 30, "supervisor_restarts": 75, "other_rays_overlapped": False,
+    "packed": {"n": 15, "failed": 0, "p50_ms": 41.0, "p95_ms": 80.5, "max_ms": 120.0},
+    "dedicated": {"n": 14, "failed": 1, "p50_ms": 45.2, "p95_ms": 99.0, "max_ms": 1310.0,
+                  "warm_spare": 13, "cold": 1},
+}
 #: The chart's rows are this many pixels high; the restart benchmark's is the last.
 ROW_PX = 2200 // 5
 
@@ -161,6 +167,24 @@ def test_a_restart_contestant_that_never_came_back_is_kept_and_one_not_killed_is
     assert [(r.label, r.p50_ms, r.failed) for r in found] == [
         ("reach packed", None, 5), ("reach dedicated pinned", 70.0, 1)]
     assert benchchart.restarts({"restarts": 20}, "sigkill") == []
+
+
+def test_the_steady_scenario_gives_packed_then_dedicated_with_their_worst_restart() -> None:
+    found = benchchart.steady({**RESTART, "steady": STEADY})
+    assert [(r.label, r.p50_ms, r.max_ms, r.returned, r.failed) for r in found] == [
+        ("reach packed", 41.0, 120.0, 15, 0), ("reach dedicated", 45.2, 1310.0, 14, 1)]
+    assert benchchart.steady(RESTART) == []  # a file of the isolated scenario alone
+
+
+def test_the_steady_panel_is_drawn_beside_the_isolated_ones_and_says_so_when_missing(
+    tmp_path: Path,
+) -> None:
+    isolated = assert_png(benchchart.draw({"restart": RESTART}, tmp_path / "isolated.png"))
+    both = assert_png(benchchart.draw({"restart": {**RESTART, "steady": STEADY}},
+                                      tmp_path / "both.png"))
+    assert np.array_equal(both[:4 * ROW_PX], isolated[:4 * ROW_PX])
+    third = slice(2 * 1300 // 3 + 20, None)  # the row's third panel, the steady scenario's
+    assert not np.array_equal(both[4 * ROW_PX:, third], isolated[4 * ROW_PX:, third])
 
 
 def test_the_restart_row_is_drawn_from_its_figures_and_leaves_the_other_panels_as_they_were(
