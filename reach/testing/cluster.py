@@ -75,6 +75,7 @@ class _Proc:
     incarnation: int = 0
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     back: asyncio.Event | None = None
+    up: asyncio.Event | None = None  # a host still starting: its calls wait for it
     resources: dict[str, float] = field(default_factory=dict)
 
     def context(self) -> contextvars.Context:
@@ -100,6 +101,8 @@ class FakeCluster(Cluster):
         folder: Where the session store's (in-memory) database is named, and keyrings are kept.
         restart_delay_s: How long the registry or the store takes to come back after it died.
         poison_after: Incarnations of an agent a request may kill before it is quarantined.
+        host_start_s: How long a new host takes to start (calls to it wait meanwhile, as they
+            wait for a platform's new process); 0 by default: at once.
 
     Attributes:
         calls: How many calls each ``(process name, method)`` received.
@@ -108,9 +111,11 @@ class FakeCluster(Cluster):
     def __init__(self, security: SecurityConfig | None = None, *,
                  nodes: Sequence[str] = ("node-a", "node-b"), heartbeat_interval_s: float = 1.0,
                  heartbeat_misses: int = 3, folder: Path | None = None,
-                 restart_delay_s: float = 1.5, poison_after: int = POISON_AFTER) -> None:
+                 restart_delay_s: float = 1.5, poison_after: int = POISON_AFTER,
+                 host_start_s: float = 0.0) -> None:
         self.security = security or SecurityConfig(sign=False)
         self.restart_delay_s = restart_delay_s
+        self.host_start_s = host_start_s
         self._nodes = dict.fromkeys(nodes, True)
         self._node_resources: dict[str, dict[str, float]] = {n: {"CPU": 2.0} for n in nodes}
         self._procs: dict[str, _Proc] = {}
@@ -207,6 +212,10 @@ class FakeCluster(Cluster):
             if not proc.restarts or proc.back is None:
                 raise _died(name)
             await proc.back.wait()
+        if proc.up is not None:
+            await proc.up.wait()
+            if proc.dead:  # killed while it started
+                raise _died(name)
         return proc
 
     # -- the Cluster interface -------------------------------------------------------------
@@ -269,8 +278,12 @@ class FakeCluster(Cluster):
         if live is not None and shape.lasting and not live.dead:
             return self._port(name, FakeHost)
         node = self._place(shape)
-        self._start(name, lambda: AgentHost(name, self, limits), node,
-                    resources=dict(shape.resources))
+        proc = self._start(name, lambda: AgentHost(name, self, limits), node,
+                           resources=dict(shape.resources))
+        if self.host_start_s > 0:
+            assert self._loop is not None
+            up = proc.up = asyncio.Event()
+            self._loop.call_later(self.host_start_s, up.set)
         return self._port(name, FakeHost)
 
     def _place(self, shape: HostShape) -> str:

@@ -20,8 +20,9 @@ T = TypeVar("T")
 def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
         security: SecurityConfig | None = None, nodes: Sequence[str] = ("node-a", "node-b"),
         heartbeat_interval_s: float = 1.0, heartbeat_misses: int = 3,
-        poison_after: int = POISON_AFTER) -> T:
-    """Runs ``scenario`` on a fresh :class:`FakeCluster`, on virtual time; returns its result.
+        poison_after: int = POISON_AFTER, host_start_s: float = 0.0) -> T:
+    """Runs ``scenario`` on a fresh :class:`FakeCluster`, on virtual time; returns its result
+    (``host_start_s``: how long each new host takes to start, see :class:`FakeCluster`).
 
     Every task still running when the scenario returns (heartbeats, watches) is cancelled, and
     the session store's database is closed.
@@ -33,7 +34,7 @@ def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
         with tempfile.TemporaryDirectory() as tmp:
             fake = FakeCluster(security, nodes=nodes, heartbeat_interval_s=heartbeat_interval_s,
                                heartbeat_misses=heartbeat_misses, folder=Path(tmp),
-                               poison_after=poison_after)
+                               poison_after=poison_after, host_start_s=host_start_s)
 
             async def main() -> T:
                 fake.install(asyncio.get_running_loop())
