@@ -49,6 +49,8 @@ class HostedAgents:
 
     def __init__(self, name: str, cluster: Cluster, limits: CallLimits) -> None:
         self.name = name
+        self.cluster = cluster
+        self.limits = limits
         self.registry = cluster.registry()
         self.directory = Directory(self.registry)
         self.transport = Transport(name, cluster, on_dead_endpoint=self.directory.drop_endpoint,
@@ -321,15 +323,30 @@ class HostedAgents:
 
     async def offer_as_spare(self, shape: str) -> None:
         """Offers this empty host to the registry as a warm spare of ``shape`` (until it is
-        given agents), heartbeating so that a dead spare is never handed out for long."""
+        given agents), heartbeating so that a dead spare is never handed out for long; it ends
+        its own process when the registry answers an offer with "retire"."""
         self.spare_shape = shape
-        await self._registry_call("offer_spare", [self.node, shape])
+        await self._offer()
         self._start_heartbeat()
+
+    async def _offer(self) -> bool:
+        """Offers this host as a spare, with the deployment's sizing; ends this process if told
+        to retire (and returns False)."""
+        keep = await self._registry_call("offer_spare", [
+            self.node, self.spare_shape, self.limits.spares, self.limits.max_spares])
+        if keep is not False or self.runners or self._adding:
+            return True  # a spare still, or given agents while the offer was on its way
+        # More spares than the recent restarts want, and they have stopped for a while: an idle
+        # process is memory held for nothing.
+        log.info("spare %s retires", self.name)
+        self.spare_shape = None
+        self.cluster.kill(self.cluster.host(self.name))
+        return False
 
     async def beat(self) -> list[str]:
         """Sends one heartbeat; re-registers agents the registry does not know. Returns them."""
-        if self.spare_shape is not None and not self.runners:  # a spare: offered again
-            await self._registry_call("offer_spare", [self.node, self.spare_shape])
+        if self.spare_shape is not None and not self.runners and not await self._offer():
+            return []  # a spare offered again, which retired
         loads = {i: r.inflight for i, r in self.runners.items() if i not in self.down}
         unknown, self.interval_s, acl_version = await self._registry_call("heartbeat", loads)
         if acl_version != self.acl_version:

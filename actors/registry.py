@@ -28,6 +28,7 @@ from actors.spare_pool import SparePool
 from policies.poison import POISON_AFTER
 from policies.priorities import aligned_priorities
 from policies.routing import heartbeat_expired, next_epoch
+from policies.spares import SpareSizing
 from reach import clock
 from reach._runtime.metrics import metrics
 from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, REMOTE_PREFIX, SUPERVISOR_PREFIX
@@ -72,8 +73,8 @@ class Registry:
         self.acl_doc: dict[str, Any] | None = None
         self.acl_version = 0
         self._statuses: set[AgentStatus] = {ONLINE}
-        # Warm spares, offered by empty hosts, taken by claims.
-        self.spare_pool = SparePool()
+        # Warm spares, offered by empty hosts, taken by claims, sized to the claims' rate.
+        self.spare_pool = SparePool(clock.monotonic())
         self.nonces = HelloNonces()
         self.poison = PoisonWard(cluster, self.trail, poison_after)
 
@@ -195,28 +196,40 @@ class Registry:
                 self.records.put(dataclasses.replace(rec, load=load, status=ONLINE))
         return unknown, self.interval_s, self.acl_version
 
-    async def offer_spare(self, principal: str, data: bytes, sig: Any) -> None:
-        """An empty host offers itself as a warm spare (``data``: ``[node, shape]``, signed by
-        that host; offered again with each of its heartbeats, so a restarted registry learns it).
+    async def offer_spare(self, principal: str, data: bytes, sig: Any) -> bool:
+        """An empty host offers itself as a warm spare (``data``: ``[node, shape, spares,
+        max_spares]``, the last two the deployment's sizing it was started with, signed by that
+        host; offered again with each of its heartbeats, so a restarted registry learns it).
+        Returns False when the host is to retire instead (end its process): the pool holds more
+        spares than the recent claims want, and claims have stopped for a while.
 
         Raises:
             AuthError: the signature does not verify.
         """
-        node, shape = self._open(principal, data, sig, "offer_spare")
+        node, shape, *bounds = self._open(principal, data, sig, "offer_spare")
         self._start()
-        self.last_seen[principal] = clock.monotonic()
+        now = self.last_seen[principal] = clock.monotonic()
         if any(rec.host == principal for rec in self.records.values()):
-            return  # an offer that crossed its own claim: the host holds agents now
-        self.spare_pool.offer(principal, str(node), str(shape))
+            return True  # an offer that crossed its own claim: the host holds agents now
+        sizing = SpareSizing(int(bounds[0]), int(bounds[1])) if len(bounds) >= 2 else None
+        return self.spare_pool.offer(principal, str(node), str(shape), now, sizing)
 
     async def claim_spare(self, shape: str, node: str | None) -> str | None:
         """Takes a spare of ``shape`` whose heartbeat is fresh: on ``node`` if one is there,
-        else on any node (a spare elsewhere serves when a node is gone). Its name, or None."""
+        else on any node (a spare elsewhere serves when a node is gone). Its name, or None.
+        Either way the claim counts towards the size of ``node``'s pool of ``shape``."""
         now = clock.monotonic()
         # Two intervals: a live spare is heard every interval plus its own round trips, so one
         # interval would turn it away for a few milliseconds of every beat.
         return self.spare_pool.claim(shape, node, lambda h: not heartbeat_expired(
-            self.last_seen.get(h, 0.0), now, self.interval_s, 2))
+            self.last_seen.get(h, 0.0), now, self.interval_s, 2), now)
+
+    async def top_up_spares(self, shape: str, node: str, spares: int, max_spares: int) -> int:
+        """How many spares of ``shape`` the caller is to start on ``node`` now: ``spares``, plus
+        one per claim made there in the last window, at most ``max_spares``, less those offered
+        and starting (counted as starting from now on, until they offer themselves)."""
+        return self.spare_pool.top_up(shape, node, SpareSizing(spares, max_spares),
+                                      clock.monotonic())
 
     async def claim_nonce(self, principal: str, data: bytes, sig: Any) -> bool:
         """Claims a remote agent's hello nonce for every gateway replica at once (``data``:
@@ -300,7 +313,7 @@ class Registry:
         holding = {rec.host for rec in self.records.values()}
         for host in dead - holding:  # a dead host that holds nothing is forgotten
             del self.last_seen[host]
-            self.spare_pool.drop(host)
+            self.spare_pool.forget(host)
         return gone
 
     async def mark(self, principal: str, data: bytes, sig: Any) -> None:
@@ -444,4 +457,5 @@ class Registry:
                 "hosts": len(self.last_seen), "rss_bytes": rss_bytes(),
                 "refused": self.refused, "signed": self.guard is not None,
                 "nonces": len(self.nonces),
-                "dead_letters": len(self.dead_letters_)}
+                "dead_letters": len(self.dead_letters_),
+                "spares": self.spare_pool.stats(clock.monotonic())}

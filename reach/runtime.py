@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from policies.acl import Acl
 from policies.poison import POISON_AFTER, check_poison_after
 from reach._runtime.names import DEFAULT_SESSIONS, REGISTRY_NAME, SESSION_RESOURCE
-from reach._runtime.spawner import shape_key
 from reach.agent import Dedicated
 from reach.driver import Driver
 from reach.errors import AuthError, ConfigError
@@ -76,7 +75,11 @@ class RuntimeConfig:
         spares: Warm spare hosts kept ready per node, for the restarts of dedicated agents (one
             of the default shape per node is started by :func:`init`; supervisors keep one of
             each other shape in use); 0 turns them off. Each spare is an idle process (about
-            100 MB resident).
+            85 MB resident).
+        max_spares: How many spares a node may keep of one shape while restarts come faster
+            than one spare is replaced: the pool grows by one for each restart of the last 10 s,
+            up to this bound (never below ``spares``), and shrinks back to ``spares`` after a
+            minute without one.
     """
 
     heartbeat_interval_s: float = 10.0
@@ -93,6 +96,7 @@ class RuntimeConfig:
     acl: Acl | str | Path | None = None
     audit_calls: bool = True
     spares: int = 1
+    max_spares: int = 4
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_s <= 0 or self.heartbeat_misses < 1:
@@ -106,6 +110,9 @@ class RuntimeConfig:
         if self.spares < 0:
             raise ConfigError(f"spares must be 0 or more, got {self.spares}",
                               details={"setting": "spares"})
+        if self.max_spares < 0:
+            raise ConfigError(f"max_spares must be 0 or more, got {self.max_spares}",
+                              details={"setting": "max_spares"})
         check_poison_after(self.poison_after)
 
     #: The settings a running deployment keeps: its registry's and its session store's.
@@ -121,7 +128,7 @@ class RuntimeConfig:
     @property
     def limits(self) -> CallLimits:
         """The limits every host and supervisor this driver starts shares."""
-        return CallLimits(self.max_hops, self.default_timeout_ms, self.spares)
+        return CallLimits(self.max_hops, self.default_timeout_ms, self.spares, self.max_spares)
 
     def security(self) -> SecurityConfig:
         """The deployment's security settings (the keyring's path resolved; generated when it
@@ -302,12 +309,8 @@ async def _checks(runtime: Runtime, cluster: RayCluster, cfg: RuntimeConfig) -> 
                        "(reach.init(keyring=...) or REACH_KEYRING)",
             details=exc.details) from exc
     if cfg.spares > 0:  # topped up: a second driver joining the cluster starts none
-        offered = await _within(cluster.registry().spares())
-        key = shape_key(Dedicated())
         for node in [n.node_id for n in cluster.nodes() if n.alive]:
-            missing = cfg.spares - len(offered.get(f"{node} {key}", ()))
-            if missing > 0:
-                runtime.spawner.start_spares(Dedicated(), [node], missing)
+            await _within(runtime.spawner.top_up(Dedicated(), node))
     if cfg.acl is not None:
         await _within(runtime._acl_call(cfg.acl))
 

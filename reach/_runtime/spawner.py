@@ -4,7 +4,9 @@ own for each agent (a dedicated agent's), or a group of shared, named hosts (a p
 Used by the driver's runtime and by supervisors alike, so an agent restarted by its supervisor is
 placed exactly as it was first spawned. Group hosts are named and shared by every driver and
 supervisor; a host of its own lives and dies with its one agent, and its restart takes a warm
-spare of its placement's shape when one is ready (no waiting for a new process).
+spare of its placement's shape when one is ready (no waiting for a new process). Spares are
+started where the registry says they lack: it sees every restart's claim in the cluster and
+sizes each node's pool of each shape to the recent claims (:mod:`policies.spares`).
 
 Agents of a group move, they do not wait: when a group host dies, the agents its supervisors
 restart go at once to the group's live hosts (least loaded first), and the dead host is started
@@ -37,8 +39,9 @@ PLACEMENT_CHECK_S = 1.0
 #: How many times a dead group host is started again before its spawn gives up, and the first wait.
 REPLACE_TRIES = 20
 REPLACE_WAIT_S = 0.05
-#: How long a dead group host's replacement waits when its group has live hosts left, and a taken
-#: spare's replacement: a new process costs a core for a while, not to be taken from the restart.
+#: How long a dead group host's replacement waits when its group has live hosts left, and the
+#: spares' top-up after a restart claimed one: a new process costs a core for a while, not to be
+#: taken from the restart.
 REPLACE_AFTER_S = 0.5
 #: How many claimed spares that turn out dead a restart tries before it starts a new host.
 SPARE_TRIES = 3
@@ -81,8 +84,8 @@ class Spawner:
         ``priority``: their capabilities' priorities, in place of their class's (see
         ``HostPort.add_agents``).
         ``warm``: an agent of a placement with a spare key takes a warm spare host when one of
-        that key is offered (a restart: no waiting for a new process), and a new spare is
-        started in its place.
+        that key is offered (a restart: no waiting for a new process), and its node's spares
+        are topped up afterwards (:meth:`top_up`).
         ``gone``: hosts known to be dead (the one a restarted agent died with). One agent of a
         group then goes at once to the least loaded of the group's other hosts, by their agent
         counts as last seen here, without asking them first; if that host turns out dead too,
@@ -160,27 +163,35 @@ class Spawner:
                         epochs: dict[str, int] | None, priority: int | Mapping[str, int] | None,
                         ) -> list[AgentRecord] | None:
         """Starts an agent on a warm spare of its placement's key (its node's, else any
-        node's), starting a new spare in its place; None when no live spare took it."""
+        node's); None when no live spare took it. Either way the node's spares are topped up
+        afterwards, as many as the registry says the recent claims want."""
         registry = self.cluster.registry()
-        for _ in range(SPARE_TRIES):
-            name = await registry.claim_spare(key, p.host_needs().node_id
-                                              or self.cluster.node_id())
-            if name is None:
-                return None
-            try:
-                host = self.cluster.host(name)
-                records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {},
-                                                epochs, priority=priority)
-            except AgentUnavailable:
-                continue  # a spare that died since its last heartbeat: take another
-            except BaseException:
-                self.cluster.kill(self.cluster.host(name))
-                raise
-            # A new process costs a core for a while: it starts once the agent has answered.
-            asyncio.get_running_loop().call_later(
-                REPLACE_AFTER_S, self.start_spares, p, [records[0].node], 1, (cls,))
-            return records
-        return None
+        node = p.host_needs().node_id or self.cluster.node_id()
+        try:
+            for _ in range(SPARE_TRIES):
+                name = await registry.claim_spare(key, node)
+                if name is None:
+                    return None  # none was ready: the pool grows with the claims all the same
+                try:
+                    host = self.cluster.host(name)
+                    return await host.add_agents(cls, [agent_id], tuple(args), kwargs or {},
+                                                 epochs, priority=priority)
+                except AgentUnavailable:
+                    continue  # a spare that died since its last heartbeat: take another
+                except BaseException:
+                    self.cluster.kill(self.cluster.host(name))
+                    raise
+            return None
+        finally:
+            self._top_up_later(p, node, cls)
+
+    def _top_up_later(self, p: Placement, node: str, cls: type[Agent]) -> None:
+        """Tops up ``node``'s spares of ``p``'s key once the restart is done: a new process
+        costs a core for a while, not to be taken from the restart."""
+        def top_up() -> None:
+            _read_later(self.top_up(p, node, (cls,)), "topping up the spares failed")
+
+        asyncio.get_running_loop().call_later(REPLACE_AFTER_S, top_up)
 
     def start_spares(self, p: Placement, nodes: Sequence[str], count: int,
                      classes: Sequence[type[Agent]] = ()) -> list[HostPort]:
@@ -207,22 +218,32 @@ class Spawner:
                 started.append(host)
         return started
 
+    async def top_up(self, p: Placement, node: str,
+                     classes: Sequence[type[Agent]] = ()) -> list[HostPort]:
+        """Starts as many warm spares of ``p``'s key on ``node`` as the registry says it lacks
+        (the deployment's ``spares``, plus one per restart that claimed one there lately, up to
+        ``max_spares``; it counts those already offered or starting), with ``classes`` loaded
+        ahead. Returns them (none when no spare applies to ``p``)."""
+        key = p.spare_key()
+        if self.limits.spares <= 0 or key is None:
+            return []
+        count = await self.cluster.registry().top_up_spares(key, node, self.limits.spares,
+                                                            self.limits.max_spares)
+        return self.start_spares(p, [node], count, classes) if count > 0 else []
+
     async def keep_spares(self, p: Placement, node: str,
                           classes: Sequence[type[Agent]] = ()) -> None:
-        """Tops up the warm spares of ``p``'s key on ``node`` to the deployment's count
-        (new ones with ``classes`` loaded ahead), and looks up the ones ready there, so that a
-        restart taking one need not. Nothing when no spare applies to ``p``."""
+        """Tops up the warm spares of ``p``'s key on ``node`` (:meth:`top_up`), and looks up
+        the ones ready there, so that a restart taking one need not. Nothing when no spare
+        applies to ``p``."""
         key = p.spare_key()
         if self.limits.spares <= 0 or key is None:
             return
+        await self.top_up(p, node, classes)
         offered = await self.cluster.registry().spares()
-        ready = offered.get(f"{node} {key}", ())
-        for name in ready:  # looked up by name now, not on a restart's path
+        for name in offered.get(f"{node} {key}", ()):  # by name now, not on a restart's path
             with contextlib.suppress(AgentUnavailable):
                 self.cluster.host(name)
-        have = len(ready)
-        if have < self.limits.spares:
-            self.start_spares(p, [node], self.limits.spares - have, classes)
 
     def _group_hosts(self, group: HostGroup, needs: HostNeeds) -> list[HostPort]:
         hosts = self._groups.get(group.name)

@@ -59,7 +59,14 @@ from reach.ports.hosts import CallLimits, HandlerDoc, HostInfo, HostPort, HostSh
 from reach.ports.inbox import InboxPort
 from reach.ports.ingress import AsgiApp, HttpService, ServiceSettings
 from reach.ports.processes import Process
-from reach.ports.registry import AclDoc, AclRuleDoc, CallSignature, RegistryPort, RegistryStats
+from reach.ports.registry import (
+    AclDoc,
+    AclRuleDoc,
+    CallSignature,
+    RegistryPort,
+    RegistryStats,
+    SpareStats,
+)
 from reach.ports.sessions import (
     CommittedReply,
     NewMessage,
@@ -106,6 +113,7 @@ __all__ = [
     "RegistryStats",
     "ServiceSettings",
     "SessionsPort",
+    "SpareStats",
     "StoreStats",
     "SupervisorPort",
     "TermsDoc",

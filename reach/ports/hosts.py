@@ -92,7 +92,8 @@ class HostPort(Endpoint, Protocol):
 
     def offer_as_spare(self, shape: str) -> Awaitable[None]:
         """Offers this empty host to the registry as a warm spare of ``shape`` (until it is
-        given agents), heartbeating so that a dead spare is never handed out for long."""
+        given agents), heartbeating so that a dead spare is never handed out for long; it ends
+        its own process when the registry answers an offer with "retire"."""
         ...
 
     def preload(self, classes: list[type[Agent]]) -> Awaitable[int]:
@@ -136,11 +137,15 @@ class CallLimits:
         default_timeout_ms: Timeout of requests that give none.
         spares: Warm spare hosts kept ready per node and resource shape of dedicated agents
             (0: none; a dedicated agent's restart then waits for a new process).
+        max_spares: At most this many per node and shape while restarts come fast (the pool
+            grows with the recent claims, see :mod:`policies.spares`; never fewer than
+            ``spares``).
     """
 
     max_hops: int = 16
     default_timeout_ms: int = 30_000
     spares: int = 1
+    max_spares: int = 4
 
 
 __all__ = ["CallLimits", "HandlerDoc", "HostInfo", "HostPort", "HostShape"]

@@ -27,6 +27,20 @@ class AclDoc(TypedDict):
     rules: list[AclRuleDoc]
 
 
+class SpareStats(TypedDict):
+    """The registry's warm spares: offered and starting now; claims that took one and claims
+    that found none (their restarts started a new process); spares started on its word and
+    retired; the median time a recent one took from being asked for to being offered."""
+
+    offered: int
+    starting: int
+    taken: int
+    missed: int
+    started: int
+    retired: int
+    start_p50_s: float | None
+
+
 class RegistryStats(TypedDict):
     """The registry's counts and resident memory (for tools and benchmarks)."""
 
@@ -39,6 +53,7 @@ class RegistryStats(TypedDict):
     signed: bool
     nonces: int
     dead_letters: int
+    spares: SpareStats
 
 
 class RegistryPort(Protocol):
@@ -153,13 +168,20 @@ class RegistryPort(Protocol):
         """Counts and memory (for tools and benchmarks)."""
         ...
 
-    def offer_spare(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[None]:
-        """An empty host offers itself as a warm spare (signed ``[node, shape]`` by the host)."""
+    def offer_spare(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[bool]:
+        """An empty host offers itself as a warm spare (signed ``[node, shape, spares,
+        max_spares]`` by the host); False: it is to retire instead (end its process)."""
         ...
 
     def claim_spare(self, shape: str, node: str | None) -> Awaitable[str | None]:
         """Takes a live spare of ``shape``, on ``node`` if there is one there, else on any node;
-        its name, or None."""
+        its name, or None (the claim counts towards the pool's size either way)."""
+        ...
+
+    def top_up_spares(self, shape: str, node: str, spares: int,
+                      max_spares: int) -> Awaitable[int]:
+        """How many spares of ``shape`` the caller is to start on ``node`` now, for the claims
+        made there lately (counted as starting from now on)."""
         ...
 
     def claim_nonce(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[bool]:
@@ -173,4 +195,5 @@ class RegistryPort(Protocol):
         ...
 
 
-__all__ = ["AclDoc", "AclRuleDoc", "CallSignature", "RegistryPort", "RegistryStats"]
+__all__ = ["AclDoc", "AclRuleDoc", "CallSignature", "RegistryPort", "RegistryStats",
+           "SpareStats"]

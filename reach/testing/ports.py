@@ -219,13 +219,18 @@ class FakeRegistry(FakePort, RegistryPort):
         """See :meth:`reach.ports.registry.RegistryPort.stats`."""
         return self.call("stats")
 
-    def offer_spare(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[None]:
+    def offer_spare(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[bool]:
         """See :meth:`reach.ports.registry.RegistryPort.offer_spare`."""
         return self.call("offer_spare", principal, data, sig)
 
     def claim_spare(self, shape: str, node: str | None) -> Awaitable[str | None]:
         """See :meth:`reach.ports.registry.RegistryPort.claim_spare`."""
         return self.call("claim_spare", shape, node)
+
+    def top_up_spares(self, shape: str, node: str, spares: int,
+                      max_spares: int) -> Awaitable[int]:
+        """See :meth:`reach.ports.registry.RegistryPort.top_up_spares`."""
+        return self.call("top_up_spares", shape, node, spares, max_spares)
 
     def claim_nonce(self, principal: str, data: bytes, sig: CallSignature) -> Awaitable[bool]:
         """See :meth:`reach.ports.registry.RegistryPort.claim_nonce`."""

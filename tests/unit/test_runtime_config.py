@@ -30,11 +30,13 @@ def test_the_deployments_own_settings_are_the_registrys_and_the_stores() -> None
 def test_limits_carry_hops_timeout_and_spares() -> None:
     limits = RuntimeConfig(max_hops=4, default_timeout_ms=500, spares=2).limits
     assert (limits.max_hops, limits.default_timeout_ms, limits.spares) == (4, 500, 2)
+    assert limits.max_spares == RuntimeConfig().max_spares == 4
+    assert RuntimeConfig(max_spares=8).limits.max_spares == 8
 
 
 @pytest.mark.parametrize(("setting", "value"), [
     ("heartbeat_interval_s", 0.0), ("heartbeat_misses", 0), ("max_hops", 0),
-    ("default_timeout_ms", -1), ("spares", -1), ("poison_after", 0)])
+    ("default_timeout_ms", -1), ("spares", -1), ("poison_after", 0), ("max_spares", -1)])
 def test_a_setting_out_of_range_is_a_config_error_naming_it(setting: str, value: float) -> None:
     with pytest.raises(ConfigError, match=str(value)):
         RuntimeConfig(**{setting: value})
