@@ -51,6 +51,7 @@ from reach.bench.restart_probe import (
     pct,
     raylets,
 )
+from reach.ports.registry import SpareStats
 
 #: How many agents of each placement, and the pool's hosts.
 DEDICATED, PACKED, POOL_SIZE = 10, 10, 2
@@ -239,8 +240,15 @@ def show(result: dict[str, Any]) -> None:
               f"{ms(f['detected_p50_ms'])[1:]} {ms(f['supervisor_p50_ms'])} "
               f"{ms(f['supervisor_max_ms'])} {f['busy_p50'] or 0:>5.0%}")
     d = result["dedicated"]
+    r = result["registry_spares"]
     print(f"dedicated restarts: {d['warm_spare']} into a warm spare, {d['cold']} cold "
-          f"(at most {result['spares_offered_most']} spares offered at once)")
+          f"(at most {result['spares_offered_most']} spares offered at once; the registry "
+          f"counted {r['taken']} claims taken, {r['missed']} missed, {r['started']} spares "
+          f"started, {r['retired']} retired)")
+    cost, start = result["spare_cost"], r["start_p50_s"]
+    if cost:
+        print(f"an idle spare: {cost.get('rss_mb')} MB resident, {cost.get('uss_mb', '?')} MB "
+              "its own" + (f"; asked for to offered in {start:.2f} s (median)" if start else ""))
     for p, ok in result["goals"].items():
         marks = ", ".join(f"{k} {'ok' if v else 'MISSED'}" for k, v in ok.items())
         print(f"goal {p} steady (p50 <= {GOAL_P50_MS:.0f} ms, max <= {GOAL_MAX_MS:.0f} ms): "
@@ -252,6 +260,41 @@ def _line(crashes: int, c: SteadyCrash) -> str:
     how = "" if c.warm_spare is None else ", warm spare" if c.warm_spare else ", cold"
     note = f" ({c.note})" if c.note else ""
     return f"  [{c.index}/{crashes}] {c.agent} {c.placement} {got}{how}{note}"
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    """A process's memory in MB: resident (``rss``), its proportional share (``pss``) and its
+    own (``uss``: what ending it frees; the rest is libraries shared with other processes), as
+    /proc says (empty where it is not readable: another machine's process)."""
+    fields: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if rest.strip().endswith("kB"):
+                    fields[name] = int(rest.split()[0]) / 1024
+    except (OSError, ValueError):
+        return {}
+    return {"rss": round(fields.get("Rss", 0.0), 1), "pss": round(fields.get("Pss", 0.0), 1),
+            "uss": round(fields.get("Private_Clean", 0.0) + fields.get("Private_Dirty", 0.0), 1)}
+
+
+async def spare_cost(rt: reach.Runtime) -> dict[str, Any]:
+    """What an idle spare offered now costs: its memory, as its host says and as /proc does."""
+    offered = await rt.cluster.registry().spares()
+    for name in (h for hosts in offered.values() for h in hosts):
+        with contextlib.suppress(reach.ReachError):
+            info = await rt.cluster.host(name).info()
+            return {"rss_mb": round(info["rss_bytes"] / 2**20, 1), **{
+                f"{k}_mb": v for k, v in memory_mb(info["pid"]).items()}}
+    return {}
+
+
+def claims_between(before: SpareStats, after: SpareStats) -> dict[str, Any]:
+    """The registry's spare counts over the run: claims taken and missed, spares started and
+    retired; the spares offered at the end and the median start time."""
+    moved = {k: after[k] - before[k] for k in ("taken", "missed", "started", "retired")}
+    return {**moved, "offered_at_end": after["offered"], "start_p50_s": after["start_p50_s"]}
 
 
 async def settled(rt: reach.Runtime, agents: list[str], probe: ReachVictim) -> None:
@@ -337,6 +380,8 @@ async def _steady(rt: reach.Runtime, crashes: int, every_s: float, probe_every_s
         Victim, a, placement=reach.Packed(pool=pool, size=POOL_SIZE) if k == "packed"
         else reach.Dedicated()) for a, k in kinds.items()]))
     await settled(rt, list(kinds), ReachVictim("steady", rt, sup, "", pool=pool))
+    cost = await spare_cost(rt)
+    spares_before = (await rt.cluster.registry().stats())["spares"]
     seen = SparesSeen(rt)
     await seen.poll()
     polling = asyncio.create_task(seen.forever())
@@ -348,6 +393,7 @@ async def _steady(rt: reach.Runtime, crashes: int, every_s: float, probe_every_s
         polling.cancel()
         await asyncio.gather(polling, return_exceptions=True)
     wall, busy = time.perf_counter() - started, busy_since(before)
+    spares = claims_between(spares_before, (await rt.cluster.registry().stats())["spares"])
     status = await sup.status()
     attribute(result, list(status.restarts))
     await sup.stop()
@@ -358,7 +404,8 @@ async def _steady(rt: reach.Runtime, crashes: int, every_s: float, probe_every_s
         "crashes": crashes, "crash_every_s": every_s, "seconds": round(wall, 1),
         "agents": {"dedicated": DEDICATED, "packed": PACKED, "pool_hosts": POOL_SIZE},
         "intensity": {"max_restarts": INTENSITY.max_restarts, "period_s": INTENSITY.period_s},
-        "spares": rt.limits.spares, "probe_every_ms": probe_every_s * 1000,
+        "spares": rt.limits.spares, "max_spares": rt.limits.max_spares,
+        "probe_every_ms": probe_every_s * 1000, "registry_spares": spares, "spare_cost": cost,
         "supervisor_restarts": len(status.restarts), "supervisor_state": str(status.state),
         "spares_offered_most": seen.most, "busy": busy,
         **{p: figures_of(result, p) for p in PLACEMENTS},
