@@ -9,7 +9,9 @@ its own process (its handler calls ``os._exit``, as the isolated scenario's ``cr
 never the one crashed last, nor one whose previous crash is still being measured. The next crash
 does not wait for anything: not for the previous agent's return, nor for the pool's dead host or
 the taken spare to be replaced. A packed agent's crash ends its host and every agent on it (they
-are restarted too; only the agent that crashed is measured).
+are restarted too; only the agent that crashed is measured). A crash request whose host dies
+under it before it is handled (another agent's crash took the host down) is sent again: the
+crash is the one the agent's handler makes.
 
 For each crash, the caller probes the crashed agent from the moment it sends the crash, each
 probe with a 2 s timeout, one at a time and at most one every ``probe_every_s`` (2 ms), until
@@ -63,6 +65,9 @@ CRASH_EVERY_S = 1.0
 #: The crash request waits for an agent still restarting (a packed one whose host died with
 #: another's crash) for at most this long.
 CRASH_TIMEOUT_S = 10.0
+#: How many times a crash request is sent to an agent whose host dies under it (of another
+#: agent's crash) before it is handled.
+CRASH_TRIES = 5
 #: How often the spares offered are polled (for which restarts took one).
 SPARES_POLL_S = 0.05
 #: The goals, for packed and dedicated alike: p50 and worst, in ms.
@@ -80,6 +85,7 @@ class SteadyCrash:
     sent_at: float = 0.0  # epoch seconds: the crash request left
     ms: float | None = None  # the crash to the first reply of the new incarnation
     sent_to_crash_ms: float | None = None
+    crash_resends: int = 0  # crash requests sent again: the host died under the one before
     probes: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     busy: float | None = None  # the machine's CPU busy share from the crash to the return
@@ -153,12 +159,21 @@ async def crash_and_return(rt: reach.Runtime, c: SteadyCrash, mark: Path, every_
     watch = Watch(c.agent, mark)
     before = cpu_times()
     c.sent_at = time.time()
-    crash = asyncio.ensure_future(rt.client.request(
-        c.agent, Crash(mark=str(mark)), timeout_ms=int(CRASH_TIMEOUT_S * 1000)))
+
+    def send() -> asyncio.Future[Any]:
+        return asyncio.ensure_future(rt.client.request(
+            c.agent, Crash(mark=str(mark)), timeout_ms=int(CRASH_TIMEOUT_S * 1000)))
+
+    crash = send()
     end = time.monotonic() + CRASH_TIMEOUT_S + BACK_WITHIN_S
     while watch.returned() is None and time.monotonic() < end:
         if crash.done() and watch.written is None:
-            break  # the crash was not delivered (its error is below)
+            if c.crash_resends == CRASH_TRIES - 1:
+                break  # the crash was not delivered (its error is below)
+            # Not delivered: the host died under it (another agent's crash took it down),
+            # before the crash request was handled. The agent is restarting: send it again.
+            c.crash_resends += 1
+            crash = send()
         next_at = time.monotonic() + every_s
         # One probe out at a time: one held while the agent restarts is answered the moment
         # its new incarnation is routable, and twenty agents' probes do not flood the cluster.
