@@ -30,7 +30,9 @@ process and a token drawn by each incarnation): the latency is that reply's arri
 death. (Probing costs the driver CPU, as a busy caller would: on a small machine the restarts
 share its cores with it, and each death's ``busy`` share of the machine is recorded.) Every death
 starts from the steady state: the supervisor has recorded the previous restart, the pool's two
-hosts answer, a warm spare is offered (for the spare contestant), and the previous restart is
+hosts answer, a warm spare is offered and none is still starting (for the spare contestant,
+once the spares' top-up after its restart has had its time: the pool may have grown with the
+claims, and a new process costs a core for a while), and the previous restart is
 out of the supervisor's intensity period (``Intensity(1000, 1 s)``, default backoff), longer
 than the backoff's reset period (``backoff_reset_s=0.5``), so each restart is immediate as for
 an isolated failure (a child failing again sooner backs off by design: that would measure the

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import reach
 from reach._runtime.names import POOL_PREFIX
+from reach._runtime.spawner import REPLACE_AFTER_S
 from reach.bench.agents import Crash, Incarnation, Ping, read_mark
 from reach.bench.anchors import ray_victim
 from reach.bench.quiet import busy_since, cpu_times
@@ -35,6 +36,8 @@ BACK_WITHIN_S = 30.0
 SETTLE_WITHIN_S = 30.0
 #: The supervisors' intensity period: a death waits until the previous restart is out of it.
 PERIOD_S = 1.0
+#: A restart that took a spare has its node's spares topped up by then (seconds after it).
+TOP_UP_WITHIN_S = REPLACE_AFTER_S + 0.2
 
 
 class Contestant(Protocol):
@@ -113,6 +116,35 @@ def raylets() -> int:
     return len(sessions)
 
 
+def tree_ticks(root: int) -> int | None:
+    """The CPU time (ticks) process ``root`` and its descendants used so far, with that of the
+    children they reaped (a Ray this process started is its descendants: what the machine was
+    busy with besides is the rest). None where /proc is not."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # ended meanwhile
+        # After the command: state, ppid, ... utime (12th), stime, cutime, cstime.
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(t) for t in fields[11:15])
+    mine, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        mine.add(pid)
+        todo.extend(p for p, parent in parents.items() if parent == pid and p not in mine)
+    return sum(ticks.get(pid, 0) for pid in mine)
+
+
 class ReachVictim:
     """A supervised Victim agent, placed as its contestant says."""
 
@@ -148,8 +180,9 @@ class ReachVictim:
             return None
         if self.pool is not None and not await self.pool_up():
             return None
-        if self.spare and not await self.spare_offered():
-            return None
+        if self.spare and (time.time() < mine[-1].at + TOP_UP_WITHIN_S
+                           or not await self.spare_offered()):
+            return None  # the spares' top-up after the restart may not have started them yet
         self.seen = len(mine)
         last = mine[-1]
         return {"supervisor_ms": round(last.latency_s * 1000, 2), "running_at": last.at,
@@ -168,9 +201,14 @@ class ReachVictim:
         return True
 
     async def spare_offered(self) -> bool:
-        """Whether the registry offers a warm spare host (the next restart takes it)."""
-        offered = await self.rt.cluster.registry().spares()
-        return sum(len(names) for names in offered.values()) >= 1
+        """Whether the registry offers a warm spare host (the next restart takes it), and no
+        spare is still starting (a new process costs a core for a while: the next death must
+        not share the machine with it, as it does not when one spare replaces another)."""
+        registry = self.rt.cluster.registry()
+        offered = await registry.spares()
+        counts = (await registry.stats()).get("spares")  # None: a registry that sizes no pool
+        starting = counts["starting"] if counts is not None else 0
+        return sum(len(names) for names in offered.values()) >= 1 and starting == 0
 
     async def quiet_after(self) -> float:
         """See :meth:`Contestant.quiet_after`."""

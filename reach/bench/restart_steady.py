@@ -43,7 +43,7 @@ import reach
 from reach import ChildSpec, Intensity, SupervisorSpec
 from reach._runtime.names import POOL_PREFIX
 from reach.bench.agents import Crash, Incarnation, Ping, Victim, read_mark
-from reach.bench.quiet import busy_since, cpu_times
+from reach.bench.quiet import busy_since, cpu_times, settle
 from reach.bench.restart_probe import (
     BACK_WITHIN_S,
     PROBE_TIMEOUT_S,
@@ -52,6 +52,7 @@ from reach.bench.restart_probe import (
     commit,
     pct,
     raylets,
+    tree_ticks,
 )
 from reach.ports.registry import SpareStats
 
@@ -245,8 +246,12 @@ def show(result: dict[str, Any]) -> None:
     def ms(v: float | None) -> str:
         return f"{v:>8.1f}" if v is not None else f"{'-':>8}"
 
+    others = result["others_busy"]
     print(f"\nsteady: {result['crashes']} crashes, one every {result['crash_every_s']:g} s; "
-          f"the supervisor made {result['supervisor_restarts']} restarts")
+          f"the supervisor made {result['supervisor_restarts']} restarts; the machine was "
+          f"{result['busy'] or 0:.0%} busy, "
+          + (f"{others:.0%} with other processes than this run's" if others is not None
+             else "other processes unknown"))
     print(f"{'placement':<10} {'n':>3} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'detect':>7} "
           f"{'sup p50':>8} {'sup max':>8} {'busy':>5}")
     for p in PLACEMENTS:
@@ -256,11 +261,11 @@ def show(result: dict[str, Any]) -> None:
               f"{ms(f['supervisor_max_ms'])} {f['busy_p50'] or 0:>5.0%}")
     d = result["dedicated"]
     r = result["registry_spares"]
+    counted = (f"; the registry counted {r['taken']} claims taken, {r['missed']} missed, "
+               f"{r['started']} spares started, {r['retired']} retired" if r else "")
     print(f"dedicated restarts: {d['warm_spare']} into a warm spare, {d['cold']} cold "
-          f"(at most {result['spares_offered_most']} spares offered at once; the registry "
-          f"counted {r['taken']} claims taken, {r['missed']} missed, {r['started']} spares "
-          f"started, {r['retired']} retired)")
-    cost, start = result["spare_cost"], r["start_p50_s"]
+          f"(at most {result['spares_offered_most']} spares offered at once{counted})")
+    cost, start = result["spare_cost"], r.get("start_p50_s")
     if cost:
         print(f"an idle spare: {cost.get('rss_mb')} MB resident, {cost.get('uss_mb', '?')} MB "
               "its own" + (f"; asked for to offered in {start:.2f} s (median)" if start else ""))
@@ -305,9 +310,22 @@ async def spare_cost(rt: reach.Runtime) -> dict[str, Any]:
     return {}
 
 
-def claims_between(before: SpareStats, after: SpareStats) -> dict[str, Any]:
+def others_busy(before: tuple[int, int] | None, ours: int | None) -> float | None:
+    """The share of the machine's CPU time since ``before`` that went to processes other than
+    this one and its descendants (its Ray), whose CPU time was ``ours`` then."""
+    after, now = cpu_times(), tree_ticks(os.getpid())
+    if before is None or after is None or ours is None or now is None or after[0] == before[0]:
+        return None
+    busy = (after[0] - after[1]) - (before[0] - before[1])
+    return round(max(0, busy - (now - ours)) / (after[0] - before[0]), 2)
+
+
+def claims_between(before: SpareStats | None, after: SpareStats | None) -> dict[str, Any]:
     """The registry's spare counts over the run: claims taken and missed, spares started and
-    retired; the spares offered at the end and the median start time."""
+    retired; the spares offered at the end and the median start time (none from a registry
+    that keeps no such counts)."""
+    if before is None or after is None:
+        return {}
     moved = {k: after[k] - before[k] for k in ("taken", "missed", "started", "retired")}
     return {**moved, "offered_at_end": after["offered"], "start_p50_s": after["start_p50_s"]}
 
@@ -396,11 +414,12 @@ async def _steady(rt: reach.Runtime, crashes: int, every_s: float, probe_every_s
         else reach.Dedicated()) for a, k in kinds.items()]))
     await settled(rt, list(kinds), ReachVictim("steady", rt, sup, "", pool=pool))
     cost = await spare_cost(rt)
-    spares_before = (await rt.cluster.registry().stats())["spares"]
+    await settle()  # the processes started for the agents are done starting
+    spares_before = (await rt.cluster.registry().stats()).get("spares")
     seen = SparesSeen(rt)
     await seen.poll()
     polling = asyncio.create_task(seen.forever())
-    before, started = cpu_times(), time.perf_counter()
+    before, started, ours = cpu_times(), time.perf_counter(), tree_ticks(os.getpid())
     try:
         result = await trickle(rt, kinds, seen, crashes=crashes, every_s=every_s,
                                probe_every_s=probe_every_s, work=work)
@@ -408,7 +427,8 @@ async def _steady(rt: reach.Runtime, crashes: int, every_s: float, probe_every_s
         polling.cancel()
         await asyncio.gather(polling, return_exceptions=True)
     wall, busy = time.perf_counter() - started, busy_since(before)
-    spares = claims_between(spares_before, (await rt.cluster.registry().stats())["spares"])
+    others = others_busy(before, ours)
+    spares = claims_between(spares_before, (await rt.cluster.registry().stats()).get("spares"))
     status = await sup.status()
     attribute(result, list(status.restarts))
     await sup.stop()
@@ -422,7 +442,7 @@ async def _steady(rt: reach.Runtime, crashes: int, every_s: float, probe_every_s
         "spares": rt.limits.spares, "max_spares": rt.limits.max_spares,
         "probe_every_ms": probe_every_s * 1000, "registry_spares": spares, "spare_cost": cost,
         "supervisor_restarts": len(status.restarts), "supervisor_state": str(status.state),
-        "spares_offered_most": seen.most, "busy": busy,
+        "spares_offered_most": seen.most, "busy": busy, "others_busy": others,
         **{p: figures_of(result, p) for p in PLACEMENTS},
         "crashes_in_order": [vars(c) for c in result]}
     figures["goals"] = goals(figures)
