@@ -4,7 +4,8 @@ Agents are added (constructed, started, registered in one registry call), watche
 leave (normally or not: what their supervisors hear), marked online or offline as they report
 themselves, and removed (deregistered first, their handlers let finish). One heartbeat carries
 the loads of all of them, re-registers those the registry does not know (after its restart) and
-brings the ACL up to date; a host with no agents yet can offer itself as a warm spare.
+brings the ACL up to date; a host with no agents yet can offer itself as a warm spare (again
+with each heartbeat), and ends its own process when the registry answers that it is one too many.
 """
 
 from __future__ import annotations
