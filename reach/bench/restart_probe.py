@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import secrets
 import signal
 import statistics
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,33 +118,71 @@ def raylets() -> int:
     return len(sessions)
 
 
-def tree_ticks(root: int) -> int | None:
-    """The CPU time (ticks) process ``root`` and its descendants used so far, with that of the
-    children they reaped (a Ray this process started is its descendants: what the machine was
-    busy with besides is the rest). None where /proc is not."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue  # ended meanwhile
-        # After the command: state, ppid, ... utime (12th), stime, cutime, cstime.
-        parents[int(entry)] = int(fields[1])
-        ticks[int(entry)] = sum(int(t) for t in fields[11:15])
+def processes() -> dict[int, tuple[int, int]]:
+    """Every process of this machine: pid -> (parent's pid, CPU ticks used so far)."""
+    found: dict[int, tuple[int, int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue  # ended meanwhile
+            # After the command: state, ppid, ... utime (12th) and stime.
+            found[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return found
+
+
+def descendants(root: int, procs: dict[int, tuple[int, int]]) -> set[int]:
+    """``root`` and the processes it started, and theirs (a Ray this process started)."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in procs.items():
+        children.setdefault(parent, []).append(pid)
     mine, todo = set(), [root]
     while todo:
         pid = todo.pop()
         mine.add(pid)
-        todo.extend(p for p, parent in parents.items() if parent == pid and p not in mine)
-    return sum(ticks.get(pid, 0) for pid in mine)
+        todo.extend(children.get(pid, ()))
+    return mine
+
+
+class OthersBusy:
+    """Samples, every ``every_s`` in a thread of its own, the CPU time of the processes other
+    than this one and its descendants (its Ray): what else kept the machine busy meanwhile (a
+    process that starts and ends between two samples is missed)."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.every_s = every_s
+        self.ticks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._before = cpu_times()
+
+    def __enter__(self) -> OthersBusy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        seen = processes()
+        while not self._stop.wait(self.every_s):
+            now = processes()
+            mine = descendants(os.getpid(), now)
+            self.ticks += sum(max(0, t - seen[pid][1]) if pid in seen else t
+                              for pid, (_, t) in now.items() if pid not in mine)
+            seen = now
+
+    def share(self) -> float | None:
+        """Their share of the machine's CPU time since this sampler was made."""
+        after = cpu_times()
+        if self._before is None or after is None or after[0] == self._before[0]:
+            return None
+        return round(min(1.0, self.ticks / (after[0] - self._before[0])), 2)
 
 
 class ReachVictim:

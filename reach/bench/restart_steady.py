@@ -48,11 +48,11 @@ from reach.bench.restart_probe import (
     BACK_WITHIN_S,
     PROBE_TIMEOUT_S,
     SETTLE_WITHIN_S,
+    OthersBusy,
     ReachVictim,
     commit,
     pct,
     raylets,
-    tree_ticks,
 )
 from reach.ports.registry import SpareStats
 
@@ -310,16 +310,6 @@ async def spare_cost(rt: reach.Runtime) -> dict[str, Any]:
     return {}
 
 
-def others_busy(before: tuple[int, int] | None, ours: int | None) -> float | None:
-    """The share of the machine's CPU time since ``before`` that went to processes other than
-    this one and its descendants (its Ray), whose CPU time was ``ours`` then."""
-    after, now = cpu_times(), tree_ticks(os.getpid())
-    if before is None or after is None or ours is None or now is None or after[0] == before[0]:
-        return None
-    busy = (after[0] - after[1]) - (before[0] - before[1])
-    return round(max(0, busy - (now - ours)) / (after[0] - before[0]), 2)
-
-
 def claims_between(before: SpareStats | None, after: SpareStats | None) -> dict[str, Any]:
     """The registry's spare counts over the run: claims taken and missed, spares started and
     retired; the spares offered at the end and the median start time (none from a registry
@@ -419,15 +409,16 @@ async def _steady(rt: reach.Runtime, crashes: int, every_s: float, probe_every_s
     seen = SparesSeen(rt)
     await seen.poll()
     polling = asyncio.create_task(seen.forever())
-    before, started, ours = cpu_times(), time.perf_counter(), tree_ticks(os.getpid())
+    before, started = cpu_times(), time.perf_counter()
     try:
-        result = await trickle(rt, kinds, seen, crashes=crashes, every_s=every_s,
-                               probe_every_s=probe_every_s, work=work)
+        with OthersBusy() as others_sampled:
+            result = await trickle(rt, kinds, seen, crashes=crashes, every_s=every_s,
+                                   probe_every_s=probe_every_s, work=work)
     finally:
         polling.cancel()
         await asyncio.gather(polling, return_exceptions=True)
     wall, busy = time.perf_counter() - started, busy_since(before)
-    others = others_busy(before, ours)
+    others = others_sampled.share()
     spares = claims_between(spares_before, (await rt.cluster.registry().stats()).get("spares"))
     status = await sup.status()
     attribute(result, list(status.restarts))
