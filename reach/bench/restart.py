@@ -92,11 +92,11 @@ from reach.bench.restart_steady import (
     CRASHES,
     DEDICATED,
     PACKED,
-    PLACEMENTS,
     QUICK_CRASHES,
     run_steady,
 )
 from reach.bench.results import add_out, folder, write
+from reach.bench.steady_figures import PLACEMENTS
 
 KINDS = ("sigkill", "crash")
 CONTESTANTS = ("packed", "dedicated_spare", "dedicated_cold", "ray")

@@ -10,7 +10,8 @@ from pathlib import Path
 import reach
 from reach.bench.agents import read_mark
 from reach.bench.restart import merged
-from reach.bench.restart_steady import SteadyCrash, Watch, attribute, figures_of, goals
+from reach.bench.restart_steady import Watch
+from reach.bench.steady_figures import SteadyCrash, attribute, figures_of, goals
 from reach.records import RestartPlacement
 
 
