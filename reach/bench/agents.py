@@ -142,9 +142,12 @@ class ChaosWorker(reach.Agent):
 # -- restarts (reach.bench.restart) --------------------------------------------------------------
 
 
-@reach.schema("bench.restart.ping@1.0")
+@reach.schema("bench.restart.ping@1.1")
 class Ping(BaseModel):
-    """Asks an incarnation who it is."""
+    """Asks an incarnation who it is; ``n`` tells probes apart (a request sent again and again
+    with one content, in hands when its agent's host died twice, would be taken for poison)."""
+
+    n: int = 0
 
 
 @reach.schema("bench.restart.crash@1.0")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import os
 import secrets
 import signal
@@ -29,6 +30,8 @@ from reach.bench.agents import Crash, Incarnation, Ping, read_mark
 from reach.bench.anchors import ray_victim
 from reach.bench.quiet import busy_since, cpu_times
 
+#: Numbers the probes: each one's content differs from the others'.
+PROBES = itertools.count()
 #: Each probe request's timeout.
 PROBE_TIMEOUT_S = 2.0
 #: How long the probes still out after the first new reply may take before they are ended.
@@ -196,7 +199,8 @@ class ReachVictim:
 
     async def ping(self) -> tuple[int, str]:
         """See :meth:`Contestant.ping`."""
-        reply = await self.rt.client.request(self.agent_id, Ping(), returns=Incarnation,
+        reply = await self.rt.client.request(self.agent_id, Ping(n=next(PROBES)),
+                                             returns=Incarnation,
                                              timeout_ms=int(PROBE_TIMEOUT_S * 1000))
         return reply.value.pid, reply.value.token
 

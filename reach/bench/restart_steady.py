@@ -14,8 +14,10 @@ under it before it is handled (another agent's crash took the host down) is sent
 crash is the one the agent's handler makes.
 
 For each crash, the caller probes the crashed agent from the moment it sends the crash, each
-probe with a 2 s timeout, one at a time and at most one every ``probe_every_s`` (2 ms), until
-the first reply of another incarnation than the one that crashed (the crash's mark names it):
+probe with a 2 s timeout and a number of its own (one content sent again and again, in hands at
+two deaths of the agent with no answer between them, would be quarantined as poison), one at a
+time and at most one every ``probe_every_s`` (2 ms), until the first reply of another
+incarnation than the one that crashed (the crash's mark names it):
 the latency is that reply's arrival minus the handler's clock just before ``os._exit``. (A probe
 sent while the agent restarts is held for it and answered the moment its new incarnation is
 routable; several probes out at once per agent, as the isolated scenario sends, would add
@@ -47,6 +49,7 @@ from reach.bench.quiet import busy_since, cpu_times, settle
 from reach.bench.restart_probe import (
     BACK_WITHIN_S,
     PROBE_TIMEOUT_S,
+    PROBES,
     SETTLE_WITHIN_S,
     OthersBusy,
     ReachVictim,
@@ -75,9 +78,9 @@ CRASH_EVERY_S = 1.0
 #: The crash request waits for an agent still restarting (a packed one whose host died with
 #: another's crash) for at most this long.
 CRASH_TIMEOUT_S = 10.0
-#: How many times a crash request is sent to an agent whose host dies under it (of another
-#: agent's crash) before it is handled.
-CRASH_TRIES = 5
+#: A crash request that failed before its handler ran (its host died under it, of another
+#: agent's crash) is sent again this long after the one before, for up to CRASH_TIMEOUT_S.
+CRASH_RESEND_S = 0.2
 
 
 class Watch:
@@ -103,7 +106,8 @@ class Watch:
         """Sends one probe from ``rt`` and waits for its reply (a failure is counted)."""
         self.probes += 1
         try:
-            reply = await rt.client.request(self.agent, Ping(), returns=Incarnation,
+            reply = await rt.client.request(self.agent, Ping(n=next(PROBES)),
+                                            returns=Incarnation,
                                                  timeout_ms=int(PROBE_TIMEOUT_S * 1000))
         except Exception as exc:  # the next probe may succeed
             self.errors[type(exc).__name__] += 1
@@ -123,16 +127,18 @@ async def crash_and_return(rt: reach.Runtime, c: SteadyCrash, mark: Path, every_
         return asyncio.ensure_future(rt.client.request(
             c.agent, Crash(mark=str(mark)), timeout_ms=int(CRASH_TIMEOUT_S * 1000)))
 
-    crash = send()
-    end = time.monotonic() + CRASH_TIMEOUT_S + BACK_WITHIN_S
+    crash, sent = send(), time.monotonic()
+    give_up = sent + CRASH_TIMEOUT_S
+    end = give_up + BACK_WITHIN_S
     while watch.returned() is None and time.monotonic() < end:
         if crash.done() and watch.written is None:
-            if c.crash_resends == CRASH_TRIES - 1:
+            if time.monotonic() > give_up:
                 break  # the crash was not delivered (its error is below)
-            # Not delivered: the host died under it (another agent's crash took it down),
-            # before the crash request was handled. The agent is restarting: send it again.
-            c.crash_resends += 1
-            crash = send()
+            if time.monotonic() >= sent + CRASH_RESEND_S:
+                # Not delivered: the host died under it (another agent's crash took it down)
+                # before the request was handled, and the agent is restarting: send it again.
+                c.crash_resends += 1
+                crash, sent = send(), time.monotonic()
         next_at = time.monotonic() + every_s
         # One probe out at a time: one held while the agent restarts is answered the moment
         # its new incarnation is routable, and twenty agents' probes do not flood the cluster.
@@ -171,7 +177,7 @@ async def settled(rt: reach.Runtime, agents: list[str], probe: ReachVictim) -> N
     """
     end = time.monotonic() + SETTLE_WITHIN_S
     for agent in agents:
-        await rt.client.request(agent, Ping(), returns=Incarnation,
+        await rt.client.request(agent, Ping(n=next(PROBES)), returns=Incarnation,
                                 timeout_ms=int(SETTLE_WITHIN_S * 1000))
     while not (await probe.pool_up() and await probe.spare_offered()):
         if time.monotonic() > end:
