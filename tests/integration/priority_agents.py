@@ -14,12 +14,12 @@ import reach
 GATE_POLL_S = 0.02
 
 
-@reach.schema("prio.ask@1.0")
+@reach.schema("prio_ray.ask@1.0")
 class Ask(BaseModel):
     text: str = ""
 
 
-@reach.schema("prio.answered@1.0")
+@reach.schema("prio_ray.answered@1.0")
 class Answered(BaseModel):
     agent_id: str
     pid: int
