@@ -13,7 +13,7 @@ from pydantic import BaseModel
 import reach
 from policies.supervision import Backoff, Intensity
 from reach import clock
-from reach.placement import OWN_HOST_PREFIX
+from reach.placement import OWN_HOST_PREFIX, POOL_PREFIX
 from reach.records import RestartRecord, SupervisorState
 from reach.testing import FakeCluster, eventually, run
 
@@ -80,6 +80,13 @@ async def kill_and_wait(fake: FakeCluster, rt: Any, sup: reach.SupervisorRef,
     return record
 
 
+async def loop_four_times(fake: FakeCluster, rt: Any, sup: reach.SupervisorRef) -> None:
+    """Kills "loop" right after each of its restarts, four times: its next restart waits
+    0.8-1.6 s."""
+    for _ in range(4):
+        await kill_and_wait(fake, rt, sup, "loop")
+
+
 def test_a_crash_loop_backs_off_by_its_own_streak_and_escalates_past_the_intensity() -> None:
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
@@ -105,8 +112,7 @@ def test_a_sibling_of_a_crash_loop_heals_at_once_while_the_loop_backs_off() -> N
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
         sup = await rt.supervise(tree(dedicated("loop"), dedicated("calm")))
-        for _ in range(4):
-            await kill_and_wait(fake, rt, sup, "loop")
+        await loop_four_times(fake, rt, sup)
         # The loop's next restart waits 0.8-1.6 s; the sibling's failure meanwhile is its first.
         fake.crash(await host_of(rt, "loop"))
         killed = clock.monotonic()
@@ -165,8 +171,11 @@ def test_the_agents_of_a_host_that_keeps_dying_restart_together_at_once() -> Non
         rt = fake.runtime()
         sup = await rt.supervise(tree(packed("p-0"), packed("p-1"), packed("p-2"),
                                       intensity=Intensity(8, 60)))
+
+        async def pool_whole() -> bool:
+            return len(fake.names(f"{POOL_PREFIX}p.")) == 2
         for _ in range(8):
-            await asyncio.sleep(1.0)  # the pool's host that died last is started again meanwhile
+            await eventually(pool_whole)  # the pool's host that died last is started again
             host = await host_of(rt, "p-0")
             mates = [c for c in ("p-1", "p-2") if await host_of(rt, c) == host]
             before = {c: len(await restarts(sup, c)) for c in ("p-0", *mates)}
@@ -195,8 +204,7 @@ def test_stopping_calls_off_a_restart_still_backing_off() -> None:
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
         sup = await rt.supervise(tree(dedicated("loop"), dedicated("other")))
-        for _ in range(4):
-            await kill_and_wait(fake, rt, sup, "loop")
+        await loop_four_times(fake, rt, sup)
         fake.crash(await host_of(rt, "loop"))  # its restart now waits 0.8-1.6 s
         await asyncio.sleep(0.1)
         await sup.stop()
