@@ -158,6 +158,14 @@ class Spawner:
         return self.cluster.start_host(own_host_name(), _shape(needs, node, strict=strict),
                                        self.limits)
 
+    def _spare_shape(self, needs: HostNeeds, node: str) -> HostShape:
+        """The shape of a warm spare of ``needs`` for ``node``: there and nowhere else while the
+        node is alive (Ray honours a soft affinity only when the node has the resources free at
+        that moment, and a spare elsewhere is counted for the other node, whose pool may retire
+        it), on any node once it is not."""
+        alive = node in self.live_nodes()
+        return _shape(needs, node if alive else None, strict=alive, lasting=True)
+
     async def _on_spare(self, cls: type[Agent], agent_id: str, p: Placement, key: str, *,
                         args: Sequence[Any], kwargs: dict[str, Any] | None,
                         epochs: dict[str, int] | None, priority: int | Mapping[str, int] | None,
@@ -210,7 +218,7 @@ class Spawner:
                 # the supervisor or driver that started it (it would be offered, dead, until its
                 # heartbeats are missed, and counted as there by whoever tops the spares up).
                 host = self.cluster.start_host(own_host_name(),
-                                               _shape(needs, node, lasting=True), self.limits)
+                                               self._spare_shape(needs, node), self.limits)
                 offered = host.offer_as_spare(key)  # the call is under way: never awaited here
                 _read_later(offered, "a spare host did not start")
                 if classes:

@@ -290,8 +290,12 @@ class FakeCluster(Cluster):
         alive = [n for n, up in self._nodes.items() if up]
         fits = [n for n in alive if all(self._node_resources[n].get(k, 0.0) >= v
                                         for k, v in shape.resources.items())]
-        if shape.node_id in fits:
+        reserves = (shape.num_cpus is None or shape.num_cpus > 0 or bool(shape.num_gpus)
+                    or bool(shape.memory) or bool(shape.resources))
+        if shape.node_id in fits and (shape.node_strict or reserves):
             return shape.node_id
+        # As on Ray, an actor that reserves nothing (not even the CPU an actor reserves by
+        # default to be scheduled) goes to any node when its affinity is soft: here the first.
         if not fits:
             raise AgentUnavailable(f"no live node has the resources {dict(shape.resources)}")
         return fits[0]

@@ -81,7 +81,12 @@ async def test_dedicated_restarts_faster_than_one_replacement_each_take_a_warm_s
         await sigkill_host(rt, "sk-1")  # a claim: the node's pool grows past one spare
         await returned(rt, "sk-1", before)
 
-        ready = await wait_until(lambda: offered(2), timeout_s=30)
+        try:
+            ready = await wait_until(lambda: offered(2), timeout_s=60)
+        except pytest.fail.Exception:
+            registry = rt.cluster.registry()
+            pytest.fail(f"no second spare: {await registry.spares()} "
+                        f"{(await registry.stats())['spares']}")
         missed = (await rt.cluster.registry().stats())["spares"]["missed"]
         lives = {i: await life(rt, i) for i in ids[1:]}
         for agent_id in ids[1:]:  # back to back: the first one's spare is not yet replaced

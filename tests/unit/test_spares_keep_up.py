@@ -13,6 +13,7 @@ from pydantic import BaseModel
 import reach
 from policies.spares import SpareSizing
 from policies.supervision import Intensity
+from reach._runtime.spawner import shape_key
 from reach.placement import OWN_HOST_PREFIX
 from reach.ports.hosts import CallLimits
 from reach.testing import FakeCluster, eventually, run
@@ -174,3 +175,22 @@ def test_extra_spares_retire_after_a_quiet_period_and_end_their_processes() -> N
         assert await crash_each(fake, rt, ["w-3"], 0) == [spare]
 
     run(scenario, host_start_s=START_S)
+
+
+def test_spares_are_started_on_the_node_they_are_for_though_they_reserve_nothing() -> None:
+    # A host that reserves nothing goes to any node unless its affinity is strict: a pool
+    # topped up for one node whose spares landed on another would leave the first without any
+    # (and a quiet node retires the spares beyond its own need).
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime(LIMITS)
+        bare = reach.Dedicated(num_cpus=0)
+        started = await rt.spawner.top_up(bare, "node-b")
+        assert len(started) == 1
+
+        async def on_b() -> list[str] | None:
+            places = await rt.cluster.registry().spares()
+            return places.get(f"node-b {shape_key(bare)}") or None
+
+        assert await eventually(on_b) == [started[0].name]
+
+    run(scenario)
