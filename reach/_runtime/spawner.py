@@ -326,7 +326,7 @@ class Spawner:
         for i, h in enumerate(hosts):
             if h.name in gone:
                 self._counts.pop(h.name, None)
-                self._replace(group, needs, i, REPLACE_AFTER_S)
+                self._replace(group, needs, i, _replace_after(len(others)))
         return others, [self._counts[h.name] for h in others]
 
     async def _live_group(self, group: HostGroup, needs: HostNeeds,
@@ -342,10 +342,7 @@ class Spawner:
             else:
                 self._counts.pop(h.name, None)
         dead = [i for i, c in enumerate(counts) if not isinstance(c, int)]
-        # A new process costs a core for a while: with live hosts left, it starts only once the
-        # agents have moved and answered, not in their way.
-        replacing = [self._replace(group, needs, i, 0.0 if not live else REPLACE_AFTER_S)
-                     for i in dead]
+        replacing = [self._replace(group, needs, i, _replace_after(len(live))) for i in dead]
         if not live:
             # Every host of the group is dead: wait for the replacements.
             fresh = await asyncio.gather(*replacing)
@@ -447,6 +444,14 @@ def _shape(needs: HostNeeds, node: str | None, *, strict: bool = False,
     return HostShape(num_cpus=needs.num_cpus, num_gpus=needs.num_gpus, memory=needs.memory,
                      resources=dict(needs.resources), node_id=node, node_strict=strict,
                      lasting=lasting)
+
+
+def _replace_after(live: int) -> float:
+    """How long a dead group host waits to be started again, ``live`` of its group's hosts
+    being left: a new process costs a core for a while, so with two or more left it starts
+    once the agents have moved and answered, not in their way; with one left or none it starts
+    at once (a second death before it is up would leave the agents nowhere to go)."""
+    return REPLACE_AFTER_S if live > 1 else 0.0
 
 
 def shape_key(p: Placement) -> str:
