@@ -246,6 +246,10 @@ class TraceIndex:
 
     # -- queries -----------------------------------------------------------------------------
 
+    def held(self) -> list[SpanRecord]:
+        """Every held span, oldest arrival first."""
+        return [h.span for h in self._arrived]
+
     def trace(self, trace_id: str) -> list[SpanRecord]:
         """The held spans of one trace, by start time (empty when none is held)."""
         trace = self._traces.get(trace_id)
