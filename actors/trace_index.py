@@ -10,8 +10,11 @@ Pure (no I/O, no clock: the time a batch arrives is passed in), so every rule is
 - Each held span is in its trace's list and in the postings of every value it names (an agent as
   ``reach.agent_id`` or ``reach.sender``, a capability, a task ID); dropping a span takes it out
   of all of them, and a trace, or a posting, with no span left goes.
-- The server spans of handler runs (``handle ...``) are kept apart too, in arrival order, for the
-  message graph (:meth:`TraceIndex.edges`), which reads back only as far as its period reaches.
+- The handler runs are counted in the message graph too (:mod:`actors.trace_graph`), and leave
+  it as they are dropped.
+- The attribute values that repeat from span to span (agents, capabilities, schemas, hosts...)
+  are interned as they arrive, so that a held span does not keep a copy of each: the estimate
+  counts what a span holds of its own.
 """
 
 from __future__ import annotations
@@ -22,12 +25,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from actors.trace_graph import MessageGraph
 from reach.errors import ConfigError
 from reach.spans import (
     Attr,
     AttrValue,
-    SpanKind,
-    SpanName,
     SpanRecord,
     SpanStatus,
     TraceEdge,
@@ -37,28 +39,37 @@ from reach.spans import (
 
 #: The memory bound of a store none was given for: 64 MiB of spans (estimated).
 DEFAULT_MAX_BYTES = 64 * 2**20
-#: How much earlier than the start of the period a handler span may have arrived and still be
-#: in it: the clocks of two nodes differ by up to this much (nanoseconds).
+#: How far ahead of the store's clock a process's may be (nanoseconds): a span arrives no earlier
+#: than this before it started, by the store's clock (what a listing of the most recent traces
+#: relies on to stop reading early).
 CLOCK_SKEW_NS = 5_000_000_000
 
 #: What a held span costs beyond its fields' objects: the record itself (13 slots), its places
-#: in the arrival queue and its trace's list, and its postings (measured: ``bench/trace_store.py``).
-SPAN_OVERHEAD = 440
+#: in the arrival queue, its trace's list and the message graph, its postings, and what the
+#: estimate does not see (set so that it matches what ``tracemalloc`` counts for the spans of
+#: ``bench/trace_store.py``, within a few percent).
+SPAN_OVERHEAD = 680
 #: What a held trace costs beyond its spans: its entry and its bookkeeping.
 TRACE_OVERHEAD = 560
 _EVENT_OVERHEAD = 120
 _LINK_OVERHEAD = 80
 _getsizeof = sys.getsizeof
+_intern = sys.intern
 
-_HANDLE = str(SpanName.HANDLE)
+#: The attributes whose values repeat from span to span: interned as they arrive.
+_SHARED_ATTRS = frozenset(str(a) for a in (
+    Attr.AGENT_ID, Attr.SENDER, Attr.RECEIVER, Attr.CAPABILITY, Attr.PAYLOAD_SCHEMA,
+    Attr.MSG_TYPE, Attr.HOST, Attr.NODE, Attr.SUPERVISOR, Attr.CHILD, Attr.DECISION,
+    Attr.REASON, Attr.ERROR_CODE, Attr.ERROR_SEVERITY, Attr.PRINCIPAL))
 
 
 def span_bytes(span: SpanRecord) -> int:
     """The estimated size in memory of one held span (its strings, attributes, events, links,
-    and :data:`SPAN_OVERHEAD`)."""
+    and :data:`SPAN_OVERHEAD`; an interned attribute value is shared, and not counted)."""
     size = (SPAN_OVERHEAD + _getsizeof(span.trace_id) + _getsizeof(span.span_id)
-            + _getsizeof(span.name) + _getsizeof(span.status_message) + _getsizeof(span.process)
-            + _attrs_bytes(span.attributes))
+            + _getsizeof(span.name) + _getsizeof(span.process) + _attrs_bytes(span.attributes))
+    if span.status_message:
+        size += _getsizeof(span.status_message)
     if span.parent_span_id is not None:
         size += _getsizeof(span.parent_span_id)
     for event in span.events:
@@ -69,14 +80,17 @@ def span_bytes(span: SpanRecord) -> int:
 
 
 def _attrs_bytes(attributes: Mapping[str, AttrValue]) -> int:
-    if not attributes:
-        return _getsizeof(attributes)
-    return _getsizeof(attributes) + sum(_getsizeof(k) + _getsizeof(v)
-                                        for k, v in attributes.items())
+    # Keys are shared: a batch's pickle carries each once, and reach's are constants.
+    return _getsizeof(attributes) + sum(_getsizeof(v) for k, v in attributes.items()
+                                        if k not in _SHARED_ATTRS)
 
 
-def _is_handler_run(span: SpanRecord) -> bool:
-    return span.kind == SpanKind.SERVER and span.name.partition(" ")[0] == _HANDLE
+def _intern_values(span: SpanRecord) -> None:
+    attrs = span.attributes
+    for key in _SHARED_ATTRS.intersection(attrs):
+        value = attrs[key]
+        if type(value) is str:
+            attrs[key] = _intern(value)
 
 
 def _keys(span: SpanRecord, names: tuple[str, ...]) -> set[str]:
@@ -84,18 +98,10 @@ def _keys(span: SpanRecord, names: tuple[str, ...]) -> set[str]:
     return {str(attrs[n]) for n in names if n in attrs}
 
 
-_AGENT_ATTRS = (str(Attr.AGENT_ID), str(Attr.SENDER))
+_AGENT = str(Attr.AGENT_ID)
+_AGENT_ATTRS = (_AGENT, str(Attr.SENDER))
 _CAPABILITY_ATTRS = (str(Attr.CAPABILITY),)
 _TASK_ATTRS = (str(Attr.TASK_ID),)
-
-
-@dataclass(slots=True)
-class _Held:
-    """A held span: the record, its estimated size and when it arrived."""
-
-    span: SpanRecord
-    size: int
-    received_ns: int
 
 
 @dataclass(slots=True)
@@ -103,9 +109,11 @@ class _Trace:
     """A trace's held spans, in arrival order, and what its summary needs without reading them.
 
     Invariant: ``start_ns``/``end_ns`` are the least start and greatest end of ``spans``, and
-    ``errors`` how many of them ended in error.
+    ``errors`` how many of them ended in error; one of ``spans`` arrived by ``received_ns``, so
+    ``start_ns`` is at most ``received_ns + CLOCK_SKEW_NS``.
     """
 
+    received_ns: int
     spans: deque[SpanRecord] = field(default_factory=deque)
     start_ns: int = 0
     end_ns: int = 0
@@ -132,8 +140,7 @@ class _Trace:
         root = next((s for s in self.spans if s.parent_span_id is None), None)
         if root is None:
             root = min(self.spans, key=lambda s: s.start_ns)
-        agents = {str(s.attributes[Attr.AGENT_ID]) for s in self.spans
-                  if Attr.AGENT_ID in s.attributes}
+        agents = {str(s.attributes[_AGENT]) for s in self.spans if _AGENT in s.attributes}
         return TraceSummary(trace_id, root.name, self.start_ns,
                             (self.end_ns - self.start_ns) / 1e6, len(self.spans), self.errors,
                             tuple(sorted(agents)))
@@ -188,13 +195,16 @@ class TraceIndex:
         self.bytes = 0
         self.received = 0
         self.dropped = 0
-        # Invariant: _arrived holds every held span once, oldest arrival first; _traces holds
-        # exactly the traces of those spans, each with its spans in the same order; _handled
-        # holds, in the same order, exactly the held handler runs; and every posting counts
-        # the held spans of its trace that name its value.
-        self._arrived: deque[_Held] = deque()
+        # Invariant: _arrived holds every held span once, oldest arrival first, and _sizes
+        # their estimated sizes (apart: an int costs less, and is no work for the garbage
+        # collector, which a record per span would be); _traces holds
+        # exactly the traces of those spans, each with its spans in the same order, in the
+        # order of their received_ns; the graph counts exactly the held handler runs; and
+        # every posting counts the held spans of its trace that name its value.
+        self._arrived: deque[SpanRecord] = deque()
+        self._sizes: deque[int] = deque()
         self._traces: dict[str, _Trace] = {}
-        self._handled: deque[_Held] = deque()
+        self.graph = MessageGraph()
         self.agents = _Postings()
         self.capabilities = _Postings()
         self.tasks = _Postings()
@@ -208,47 +218,48 @@ class TraceIndex:
         """Holds ``spans`` (arrived at ``received_ns``), then drops the oldest held spans until
         the bound is kept; how many it dropped."""
         for span in spans:
-            held = _Held(span, span_bytes(span), received_ns)
+            _intern_values(span)
+            size = span_bytes(span)
             trace = self._traces.get(span.trace_id)
             if trace is None:
-                trace = self._traces[span.trace_id] = _Trace()
+                trace = self._traces[span.trace_id] = _Trace(received_ns)
                 self.bytes += TRACE_OVERHEAD
             trace.add(span)
-            self._arrived.append(held)
-            if _is_handler_run(span):
-                self._handled.append(held)
+            self._arrived.append(span)
+            self._sizes.append(size)
+            self.graph.add(span)
             self.agents.add(_keys(span, _AGENT_ATTRS), span.trace_id)
             self.capabilities.add(_keys(span, _CAPABILITY_ATTRS), span.trace_id)
             self.tasks.add(_keys(span, _TASK_ATTRS), span.trace_id)
-            self.bytes += held.size
+            self.bytes += size
         self.received += len(spans)
         dropped = 0
         while self.bytes > self.max_bytes and self._arrived:
-            self._drop_oldest()
+            self._drop_oldest(received_ns)
             dropped += 1
         self.dropped += dropped
         return dropped
 
-    def _drop_oldest(self) -> None:
-        held = self._arrived.popleft()
-        span = held.span
-        if self._handled and self._handled[0] is held:
-            self._handled.popleft()
-        trace = self._traces[span.trace_id]
+    def _drop_oldest(self, now_ns: int) -> None:
+        span = self._arrived.popleft()
+        self.bytes -= self._sizes.popleft()
+        self.graph.drop(span)
+        trace = self._traces.pop(span.trace_id)
         trace.drop_oldest(span)
-        if not trace.spans:
-            del self._traces[span.trace_id]
+        if trace.spans:  # its spans left arrived later: it moves to the end, as of now
+            trace.received_ns = now_ns
+            self._traces[span.trace_id] = trace
+        else:
             self.bytes -= TRACE_OVERHEAD
         self.agents.remove(_keys(span, _AGENT_ATTRS), span.trace_id)
         self.capabilities.remove(_keys(span, _CAPABILITY_ATTRS), span.trace_id)
         self.tasks.remove(_keys(span, _TASK_ATTRS), span.trace_id)
-        self.bytes -= held.size
 
     # -- queries -----------------------------------------------------------------------------
 
     def held(self) -> list[SpanRecord]:
         """Every held span, oldest arrival first."""
-        return [h.span for h in self._arrived]
+        return list(self._arrived)
 
     def trace(self, trace_id: str) -> list[SpanRecord]:
         """The held spans of one trace, by start time (empty when none is held)."""
@@ -279,36 +290,42 @@ class TraceIndex:
         lo = since_ns if since_ns is not None else -1 << 63
         hi = until_ns if until_ns is not None else 1 << 63
         errors = None if status is None else status == SpanStatus.ERROR
-        found = [(tid, t) for tid in ids if lo <= (t := self._traces[tid]).start_ns <= hi
-                 and (errors is None or (t.errors > 0) == errors)]
+        if not wanted and not slowest:
+            return self._most_recent(limit, lo, hi, errors)
+        traces = self._traces
+        # A generator, not a list: what a query makes per trace dies young (a list's items
+        # would live long enough to cost the garbage collector a full pass over the spans).
+        found = (tid for tid in ids if lo <= (t := traces[tid]).start_ns <= hi
+                 and (errors is None or (t.errors > 0) == errors))
         if slowest:
-            top = heapq.nlargest(limit, found, key=lambda p: (p[1].end_ns - p[1].start_ns,
-                                                              p[1].start_ns, p[0]))
+            top = heapq.nlargest(limit, found, key=lambda tid: (
+                traces[tid].end_ns - traces[tid].start_ns, traces[tid].start_ns, tid))
         else:
-            top = heapq.nlargest(limit, found, key=lambda p: (p[1].start_ns, p[0]))
-        return [t.summary(tid) for tid, t in top]
+            top = heapq.nlargest(limit, found, key=lambda tid: (traces[tid].start_ns, tid))
+        return [traces[tid].summary(tid) for tid in top]
+
+    def _most_recent(self, limit: int, lo: int, hi: int,
+                     errors: bool | None) -> list[TraceSummary]:
+        """The ``limit`` traces that started last within [lo, hi], with errors or not: read
+        from the last to arrive back, only until the traces left arrived too early to have
+        started after those found (their order and ``received_ns`` say)."""
+        best: list[tuple[int, str]] = []  # a min-heap of (start, trace ID): the best so far
+        for tid, t in reversed(self._traces.items()):
+            if len(best) == limit and t.received_ns + CLOCK_SKEW_NS < best[0][0]:
+                break
+            if lo <= t.start_ns <= hi and (errors is None or (t.errors > 0) == errors):
+                if len(best) < limit:
+                    heapq.heappush(best, (t.start_ns, tid))
+                elif (t.start_ns, tid) > best[0]:
+                    heapq.heapreplace(best, (t.start_ns, tid))
+        best.sort(reverse=True)
+        return [self._traces[tid].summary(tid) for _, tid in best]
 
     def edges(self, since_ns: int, now_ns: int) -> list[TraceEdge]:
         """Who sent to whom since ``since_ns`` (``now_ns`` being now): the held handler runs
         (server spans named ``handle ...``) started since then that name their sender and
         agent, by pair; the heaviest first (then by sender and agent)."""
-        counts: dict[tuple[str, str], list[int]] = {}
-        oldest = since_ns - CLOCK_SKEW_NS
-        for held in reversed(self._handled):
-            if held.received_ns < oldest:
-                break  # arrived before the period began: so did everything older
-            span = held.span
-            attrs = span.attributes
-            if span.start_ns < since_ns or Attr.SENDER not in attrs or Attr.AGENT_ID not in attrs:
-                continue
-            tally = counts.setdefault((str(attrs[Attr.SENDER]), str(attrs[Attr.AGENT_ID])), [0, 0])
-            tally[0] += 1
-            tally[1] += span.status == SpanStatus.ERROR
-        period_s = max(now_ns - since_ns, 1) / 1e9
-        edges = [TraceEdge(src, dst, n, err, n / period_s) for (src, dst), (n, err)
-                 in counts.items()]
-        edges.sort(key=lambda e: (-e.count, e.source, e.target))
-        return edges
+        return self.graph.edges(since_ns, now_ns)
 
     def stats(self) -> TraceStoreStats:
         """What it holds and what it dropped."""

@@ -66,7 +66,8 @@ class RuntimeConfig:
             that agent again (nor is any request of the same content).
         trace_store_bytes: The memory bound of the cluster's trace store (the recent finished
             spans, as their estimated size): past it the oldest spans are dropped first.
-            64 MiB by default, some 150,000 spans of reach's (``bench/trace_store.py``).
+            64 MiB by default: some 40,000 spans of a request's kind, about 1.6 KB each
+            (``bench/trace_store.py``).
         max_hops: Longest call chain accepted.
         default_timeout_ms: Timeout of requests that give none.
         sign: Sign envelopes, registrations and heartbeats, and refuse unsigned ones.

@@ -7,7 +7,6 @@ import random
 import pytest
 
 from actors.trace_index import (
-    CLOCK_SKEW_NS,
     TRACE_OVERHEAD,
     TraceIndex,
     span_bytes,
@@ -48,8 +47,14 @@ def assert_consistent(index: TraceIndex) -> None:
     fresh = rebuilt(index)
     for name in ("agents", "capabilities", "tasks"):
         assert getattr(index, name).by_key == getattr(fresh, name).by_key, name
-    assert index.find_traces(limit=10**9) == fresh.find_traces(limit=10**9)
+    everything = fresh.find_traces(slowest=True, limit=10**9)
+    by_start = sorted(everything, key=lambda t: (t.start_ns, t.trace_id), reverse=True)
+    for limit in (1, 3, 10, 10**9):  # read back from the last to arrive, but all the same
+        assert index.find_traces(limit=limit) == by_start[:limit]
+        assert index.find_traces(slowest=True, limit=limit) == everything[:limit]
     assert index.stats().traces == fresh.stats().traces
+    assert len(index.graph) == len(fresh.graph)
+    assert index.edges(0, S) == fresh.edges(0, S)
     assert index.bytes == fresh.bytes
     assert index.bytes <= index.max_bytes
 
@@ -82,6 +87,16 @@ def test_a_summary_names_its_root_its_length_errors_and_agents() -> None:
     assert summary.agents == ("logistics", "router")
 
 
+def test_the_most_recent_are_found_with_a_clock_ahead_of_the_stores() -> None:
+    index = TraceIndex()
+    index.add([span("t1", "a", start=14 * S)], 10 * S)  # its process's clock 4 s ahead
+    index.add([span(f"t{i}", "a", start=11 * S) for i in range(2, 12)], 12 * S)
+    assert ids(index, limit=1) == ["t1"]
+    index.add([span("t1", "r", start=1 * S, end=20 * S)], 20 * S)  # its root, late and early
+    assert ids(index, limit=1) == ["t9"]
+    assert ids(index, limit=12)[-1] == "t1"
+
+
 def test_a_trace_whose_root_is_not_held_is_named_by_its_earliest_span() -> None:
     index = TraceIndex()
     index.add([span("t1", "c", parent="a", start=20, name="handle late"),
@@ -107,7 +122,7 @@ def traces() -> TraceIndex:
         span("t3", "a", start=30 * S, end=30 * S + 100, agent_id="router",
              capability="ts.ask", status=SpanStatus.OK),
         span("t4", "a", start=5 * S, end=25 * S, agent_id="billing", capability="ts.bill"),
-    ], 0)
+    ], 31 * S)
     return index
 
 
@@ -222,6 +237,7 @@ def test_dropping_keeps_every_index_right() -> None:
                           capability="ts.c0", task_id="task-0"))
     index = TraceIndex(max_bytes=40 * one)
     for batch in range(60):
+        now = (100 + batch) * S
         spans = []
         for j in range(rng.randrange(1, 8)):
             attrs: dict[str, AttrValue] = {"agent_id": rng.choice(agents)}
@@ -233,8 +249,8 @@ def test_dropping_keeps_every_index_right() -> None:
                 attrs["task_id"] = f"task-{rng.randrange(5)}"
             status = SpanStatus.ERROR if rng.random() < 0.2 else SpanStatus.OK
             spans.append(span(f"t{rng.randrange(30):03d}", f"s{batch:03d}{j:02d}",
-                              start=rng.randrange(100) * S, status=status, **attrs))
-        index.add(spans, batch)
+                              start=now - rng.randrange(-4, 100) * S, status=status, **attrs))
+        index.add(spans, now)
         assert_consistent(index)
     assert index.stats().dropped > 100
 
@@ -274,14 +290,12 @@ def test_edges_count_only_the_runs_started_in_their_period() -> None:
     assert index.edges(since_ns=13 * S, now_ns=14 * S) == []
 
 
-def test_edges_read_back_no_further_than_the_period_and_the_clocks_skew() -> None:
+def test_edges_count_the_first_second_of_their_period_run_by_run() -> None:
     index = TraceIndex()
-    # Stamped by a clock far ahead of the store's: it arrived long before the period.
-    index.add([span("t1", "a", start=100 * S, sender="router", agent_id="logistics")], 0)
-    index.add([span("t2", "a", start=100 * S, sender="router", agent_id="billing")],
-              100 * S - CLOCK_SKEW_NS)
-    assert index.edges(since_ns=100 * S, now_ns=101 * S) == [
-        TraceEdge("router", "billing", 1, 0, 1.0)]
+    index.add([span(f"t{i}", "a", start=10 * S + i * S // 10, sender="router",
+                    agent_id="logistics") for i in range(20)], 13 * S)
+    assert index.edges(since_ns=10 * S + S // 2, now_ns=13 * S)[0].count == 15
+    assert index.edges(since_ns=11 * S + 1, now_ns=13 * S)[0].count == 9
 
 
 def test_the_handler_runs_dropped_for_the_bound_leave_the_graph() -> None:
