@@ -18,8 +18,8 @@ from typing import cast
 from reach.errors import ConfigError
 
 #: Every benchmark, in the order ``reach bench`` runs them.
-BENCHMARKS = ("codec", "seed_scenario", "registry_scale", "chaos", "sessions", "io_bound",
-              "restart", "gateway", "remote_agent")
+BENCHMARKS = ("codec", "trace_store", "seed_scenario", "registry_scale", "chaos", "sessions",
+              "io_bound", "restart", "gateway", "remote_agent")
 
 
 def run_benchmark(name: str, argv: Sequence[str], *, out: Path | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Every reach process batches the spans it finishes to the store (fire and forget: a process never
 waits for it); the observer and ``reach`` tools read traces back. The store keeps to a memory
-bound, dropping the oldest spans first.
+bound (``reach.init(trace_store_bytes=...)``), dropping the oldest spans to arrive first, one by
+one: a trace may be held in part. It starts empty after a restart.
 """
 
 from __future__ import annotations
@@ -28,15 +29,18 @@ class TraceStorePort(Protocol):
                     task_id: str | None = None, status: SpanStatus | None = None,
                     since_ns: int | None = None, until_ns: int | None = None,
                     slowest: bool = False, limit: int = 50) -> Awaitable[list[TraceSummary]]:
-        """Traces with a span naming ``agent`` (``reach.agent_id``), ``capability`` and
-        ``task_id``, with an error span when ``status`` is ERROR, started within
-        [``since_ns``, ``until_ns``]; the most recent first, or the slowest first; at most
-        ``limit``."""
+        """Traces with a span naming ``agent`` (as ``reach.agent_id`` or ``reach.sender``, so
+        that a driver's or a gateway caller's traces are found too), ``capability`` and
+        ``task_id``; with an error span when ``status`` is ERROR, with none when it is OK or
+        UNSET; started (their earliest span held) within [``since_ns``, ``until_ns``], bounds
+        included; the most recent first (by start), or the slowest first; at most ``limit``."""
         ...
 
     def edges(self, since_ns: int) -> Awaitable[list[TraceEdge]]:
-        """Who sent to whom since ``since_ns`` (from the server spans of handler runs: their
-        ``reach.sender`` and ``reach.agent_id``), heaviest first."""
+        """Who sent to whom since ``since_ns`` (from the server spans of handler runs,
+        ``handle ...``, started since then: their ``reach.sender`` and ``reach.agent_id``),
+        heaviest first; ``per_s`` over the time from ``since_ns`` to now, on the store's
+        clock."""
         ...
 
     def trace_stats(self) -> Awaitable[TraceStoreStats]:

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: and the --out every one of them has now.
 FLAGS = {
     "codec": ["--quick"],
+    "trace_store": ["--spans", "--batch", "--quick"],
     "seed_scenario": ["--messages", "--inflight", "--address", "--quick", "--rounds",
                       "--contestant"],
     "registry_scale": ["--agents", "--tags", "--hosts", "--queries", "--address", "--quick"],
