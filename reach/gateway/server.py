@@ -126,7 +126,7 @@ class GatewayServer:
             CallLimits(default_timeout_ms=options.timeout_ms), self._channel.grace_s,
             self._channel.queue_limit)
         #: The observer's looks at the cluster (only while a page watches).
-        self.sampler = Sampler(cluster)
+        self.sampler = Sampler(cluster, traces=cluster.trace_store)
         #: The routes under the gate (the channel's WebSocket route passes it untouched: the
         #: channel checks the token itself).
         self.starlette = self._routes()

@@ -168,8 +168,6 @@ def test_agents_are_paged_and_searched_by_capability_and_description(tmp_path: P
         bad = await client.get("/observe/api/agents", params={"status": "asleep"},
                                headers=bearer(token))
         assert bad.status_code == 400
-        none = await client.get("/observe/api/traces", headers=bearer(token))
-        assert none.json() == {"available": False, "traces": []}
 
     on_gateway(scenario, tmp_path)
 
@@ -187,6 +185,25 @@ def test_dead_letters_are_listed_with_their_reasons_poison_included(tmp_path: Pa
         shot = (await client.get("/observe/api/snapshot", headers=bearer(token))).json()
         assert shot["letters"]["total"] == 2
         assert shot["cluster"]["dead_letters"] == 2
+
+    on_gateway(scenario, tmp_path)
+
+
+def test_the_gateways_observer_reads_the_clusters_trace_store(tmp_path: Path) -> None:
+    async def scenario(fake: FakeCluster, client: httpx.AsyncClient, token: str) -> None:
+        empty = await client.get("/observe/api/traces", headers=bearer(token))
+        assert empty.json() == {"available": True, "traces": []}
+        await fake.trace_store().add_spans(request_spans("ef" * 16))
+
+        async def listed() -> Any:
+            reply = await client.get("/observe/api/traces", headers=bearer(token))
+            return reply.json()["traces"]
+
+        (trace,) = await eventually(listed)
+        assert trace["trace_id"] == "ef" * 16
+        fall = (await client.get(f"/observe/api/traces/{'ef' * 16}",
+                                 headers=bearer(token))).json()
+        assert [r["agent"] for r in fall["rows"]] == ["router-1", "logistics-1", "logistics-1"]
 
     on_gateway(scenario, tmp_path)
 
