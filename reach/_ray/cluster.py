@@ -208,6 +208,11 @@ class RayCluster(Cluster):
             raise AgentNotFound(f"no supervisor {name!r} is running",
                                 details={"supervisor": name}) from exc
 
+    def supervisors(self) -> list[str]:
+        """See :meth:`reach.ports.cluster.Cluster.supervisors`."""
+        prefix = supervisor_name("")
+        return sorted(n for n in self.named() if n.startswith(prefix))
+
     def forget(self, name: str) -> None:
         """See :meth:`reach.ports.cluster.Cluster.forget`."""
         self._handles.pop(name, None)

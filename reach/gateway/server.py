@@ -12,6 +12,9 @@ HTTP surface (paths under :attr:`GatewayOptions.base_url`):
 ``GET /agents/{agent_id}/.well-known/agent-card.json``       an agent's card (public; 404 when
                                                              no such agent)
 ``POST /agents/{agent_id}``                                  JSON-RPC 1.0, to that agent
+``GET /observe``, ``/observe/api/...``                       the observer: a live page of the
+                                                             cluster (:mod:`reach.observe`; the
+                                                             page and its assets are public)
 ==========================================================  ===================================
 
 Every call but the cards needs ``Authorization: Bearer <token>`` (when ``auth``; refused with 401
@@ -61,6 +64,8 @@ from reach.a2a.server.intake import jsonrpc_routes
 from reach.a2a.server.task_store import ReachTaskStore
 from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError
+from reach.observe.routes import ObserverRoutes, is_public
+from reach.observe.sampler import Sampler
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
 from reach.remote.channel import ChannelOptions, channel_routes
@@ -120,6 +125,8 @@ class GatewayServer:
             cluster, f"{REMOTE_PREFIX}{self.runtime.driver_id}",
             CallLimits(default_timeout_ms=options.timeout_ms), self._channel.grace_s,
             self._channel.queue_limit)
+        #: The observer's looks at the cluster (only while a page watches).
+        self.sampler = Sampler(cluster, traces=cluster.trace_store)
         #: The routes under the gate (the channel's WebSocket route passes it untouched: the
         #: channel checks the token itself).
         self.starlette = self._routes()
@@ -151,6 +158,7 @@ class GatewayServer:
                   methods=["GET"]),
             *jsonrpc_routes(self.handler, "/", builder, max_depth=depth),
             *jsonrpc_routes(self.handler, "/agents/{agent_id}", builder, max_depth=depth),
+            *ObserverRoutes(self.sampler).routes(),
         ]
         return Starlette(routes=routes)
 
@@ -211,6 +219,8 @@ class GatewayServer:
         constructor that failed half way: Serve calls it on every replica it stops)."""
         if self._watch is not None:
             self._watch.cancel()
+        if hasattr(self, "sampler"):
+            await self.sampler.close()
         if hasattr(self, "handler"):
             await self.handler.aclose()
         if not hasattr(self, "runtime"):
@@ -237,8 +247,8 @@ def _quiet(task: asyncio.Future[Any]) -> None:
 
 
 class _Gate:
-    """The ASGI middleware every request passes: the bearer token (not for cards), then the
-    body's size (before anything reads it)."""
+    """The ASGI middleware every request passes: the bearer token (not for cards, nor for the
+    observer's page and assets), then the body's size (before anything reads it)."""
 
     def __init__(self, app: ASGIApp, keyring: Keyring | None, max_body: int) -> None:
         self._app = app
@@ -249,8 +259,8 @@ class _Gate:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        public = scope["method"] in ("GET", "HEAD") and scope["path"].endswith(
-            AGENT_CARD_WELL_KNOWN_PATH)
+        public = (scope["method"] in ("GET", "HEAD") and scope["path"].endswith(
+            AGENT_CARD_WELL_KNOWN_PATH)) or is_public(scope["method"], scope["path"])
         principal = ANONYMOUS if public or self._keyring is None else self._principal(scope)
         if principal is None:
             await self._refuse(scope, receive, send)

@@ -117,6 +117,11 @@ class Cluster(Protocol):
         """
         ...
 
+    def supervisors(self) -> list[str]:
+        """The (actor) names of the running supervisors, sorted (each one :meth:`supervisor`
+        finds)."""
+        ...
+
     def start_host(self, name: str, shape: HostShape, limits: CallLimits) -> HostPort:
         """Starts a host (or, for a lasting one, returns the live host of that name if there is
         one; a dead one's name is free again)."""

@@ -280,6 +280,10 @@ class FakeCluster(Cluster):
             raise AgentNotFound(f"no supervisor {name!r} is running",
                                 details={"supervisor": name}) from exc
 
+    def supervisors(self) -> list[str]:
+        """See :meth:`reach.ports.cluster.Cluster.supervisors`."""
+        return self.names(supervisor_name(""))
+
     def forget(self, name: str) -> None:
         """See :meth:`reach.ports.cluster.Cluster.forget` (nothing is cached here)."""
 

@@ -1,5 +1,5 @@
-"""The ``reach`` command: ``demo``, ``gateway``, ``token``, ``connect``, ``agent-secret``,
-``status``, ``bench``, ``audit``, ``keyring`` and ``version``."""
+"""The ``reach`` command: ``demo``, ``gateway``, ``observe``, ``token``, ``connect``,
+``agent-secret``, ``status``, ``bench``, ``audit``, ``keyring`` and ``version``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from reach.remote.cli import main_connect, main_secret
 from reach.runtime import Runtime
 from reach.security.guard import resolve_keyring
 from reach.security.keys import Keyring
-from reach.tools import audit, customer_service, demo
+from reach.tools import audit, customer_service, demo, observe
 from reach.web.auth import token_for
 
 # Ray loads only in the commands that join a cluster (``_ray``, ``status``): ``reach connect``,
@@ -317,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                          help="an HTTP proxy on every node (a real cluster), not the head only")
     gateway.add_argument("--demo-agents", action="store_true",
                          help="spawn the demo's customer-service agents first")
+    observe.add_parser(sub)
     token = sub.add_parser("token", help="print the gateway bearer token of a caller NAME "
                            "(derived from the keyring; calls with it enter reach as a2a:NAME)")
     token.add_argument("name")
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "status": _status, "bench": _bench, "audit": _audit,
-                "keyring": _keyring, "gateway": _gateway, "token": _token}
+                "keyring": _keyring, "gateway": _gateway, "observe": observe.main, "token": _token}
     if args.command in commands:
         return commands[args.command](args)
 
