@@ -74,29 +74,41 @@ def write(folder: Path) -> tuple[Path, Path]:
 def panel_queries(dashboard: dict[str, Any] | None = None, *,
                   range_: str = "1m") -> list[PanelQuery]:
     """Every panel query of ``dashboard`` (default: reach's) as Grafana sends it with every
-    template variable at "All" (its ``allValue``, a regular expression matching every value),
-    and Grafana's time range variables (:data:`RANGE_VARIABLES`) at ``range_``: what to ask a
-    Prometheus to see whether it has the series the dashboard charts.
+    template variable at "All" (see :func:`match_all`): what to ask a Prometheus to see whether
+    it has the series the dashboard charts.
 
     Raises:
         ConfigError: a query uses a variable that the dashboard does not define with an
             ``allValue``.
     """
     board = json.loads(dashboard_text()) if dashboard is None else dashboard
+    return [PanelQuery(panel["title"], target["refId"],
+                       match_all(target["expr"], board, range_=range_))
+            for panel in _panels(board) for target in panel.get("targets", [])]
+
+
+def match_all(query: str, dashboard: dict[str, Any], *, range_: str = "1m") -> str:
+    """``query`` (a panel's, or a template variable's own) with each of ``dashboard``'s
+    template variables at "All" (its ``allValue``, a regular expression matching every value)
+    and Grafana's time range variables (:data:`RANGE_VARIABLES`) at ``range_``.
+
+    Raises:
+        ConfigError: ``query`` uses a variable that the dashboard does not define with an
+            ``allValue``.
+    """
     values = dict.fromkeys(RANGE_VARIABLES, range_)
-    for var in board.get("templating", {}).get("list", []):
+    for var in dashboard.get("templating", {}).get("list", []):
         if var.get("includeAll") and var.get("allValue") is not None:
             values[var["name"]] = var["allValue"]
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
         if name not in values:
-            raise ConfigError(f"a panel query uses ${name}, which the dashboard does not "
-                              "define with an allValue", details={"setting": name})
+            raise ConfigError(f"a query uses ${name}, which the dashboard does not define "
+                              "with an allValue", details={"setting": name})
         return values[name]
 
-    return [PanelQuery(panel["title"], target["refId"], _VARIABLE.sub(value, target["expr"]))
-            for panel in _panels(board) for target in panel.get("targets", [])]
+    return _VARIABLE.sub(value, query)
 
 
 def _panels(board: dict[str, Any]) -> list[dict[str, Any]]:

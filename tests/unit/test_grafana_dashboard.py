@@ -26,6 +26,8 @@ EXPORTED = {f"ray_{name}{suffix}": name for name, kind in KINDS.items()
 #: A name that may be a metric's, and where label names stand in PromQL (`{...}`, `by (...)`).
 METRIC = re.compile(r"\bray_[a-z_]+")
 LABELS = re.compile(r"\{[^}]*\}|\b(?:by|without|on|ignoring)\s*\([^)]*\)")
+#: A template variable's query: the values of a label (group 2) on series (group 1).
+LABEL_VALUES = re.compile(r"label_values\((.+),\s*(\w+)\)")
 ALERTS = {"ReachRestartStorm", "ReachDeadLettersRising", "ReachAuthRefusals",
           "ReachAgentsOffline"}
 
@@ -105,6 +107,21 @@ def test_every_variable_a_query_uses_is_defined_and_can_be_all(board: dict[str, 
     # Per node everywhere the metric has one (all but the registry's); per supervisor where
     # the metric has the label.
     assert {"Instance", "Supervisor"} <= used
+
+
+def test_every_query_variable_lists_label_values_of_a_reach_metric(
+        board: dict[str, Any]) -> None:
+    for name, var in variables(board).items():
+        if var["type"] == "datasource":
+            continue
+        assert var["query"]["query"] == var["definition"], name
+        found = LABEL_VALUES.fullmatch(dashboards.match_all(var["definition"], board))
+        assert found, var["definition"]
+        selector = found.group(1)
+        by_name = re.findall(r'__name__=~"([^"]+)"', selector)
+        named = metrics_in(selector) or [n for alt in by_name for n in alt.split("|")]
+        assert named, selector
+        assert all(n in EXPORTED for n in named), selector
 
 
 def test_panel_queries_refuses_a_variable_the_dashboard_does_not_define() -> None:
