@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +31,6 @@ from reach.observe import dashboards
 
 pytestmark = [pytest.mark.integration, needs_prometheus]
 
-POOL = reach.Packed(pool="prom", size=1)
 FAST = reach.Backoff(base_s=0.01, cap_s=0.05)
 SUPERVISOR = "prom-sup"
 #: Ray hands metrics to its endpoints every few seconds, and Prometheus scrapes them each second.
@@ -63,9 +64,18 @@ def prometheus(rt: Any, shipped: tuple[Path, Path],
         yield server
 
 
+def other_node() -> str:
+    """The ID of the session cluster's node that this driver is not on."""
+    here = ray.get_runtime_context().get_node_id()
+    [node] = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here]
+    return str(node)
+
+
 async def traffic(rt: Any) -> Any:
-    """Runs what makes every panel's series exist; returns the supervisor it started."""
-    await rt.spawn_many(Echo, ["prom-echo"], placement=POOL)
+    """Runs what makes every panel's series exist; returns the supervisor it started. The
+    agents' pool is on the node the driver is not on, so that both nodes count messages."""
+    pool = reach.Packed(pool="prom", size=1, node_id=other_node())
+    await rt.spawn_many(Echo, ["prom-echo"], placement=pool)
     for i in range(20):
         await rt.client.request("prom-echo", Text(text=f"one by one {i}"))
     # Sent together: the transport coalesces them into fewer Ray calls (batches above 1).
@@ -77,7 +87,7 @@ async def traffic(rt: Any) -> Any:
     # A supervised agent that ends abnormally, restarted; then a task through its supervisor.
     sup = await rt.supervise(SupervisorSpec(SUPERVISOR, backoff=FAST, intensity=Intensity(10, 5),
                                             children=[ChildSpec(Worker, "prom-worker",
-                                                                placement=POOL)]))
+                                                                placement=pool)]))
     await rt.client.request("prom-worker", Text(text="die"))
 
     async def restarted() -> bool:
@@ -102,10 +112,26 @@ async def traffic(rt: Any) -> Any:
     return sup
 
 
+def variable_values(server: Prometheus, name: str) -> list[str]:
+    """The values Grafana lists for the dashboard's template variable ``name`` (a
+    ``label_values(SELECTOR, LABEL)`` query, other variables at "All")."""
+    board = json.loads(dashboards.dashboard_text())
+    [var] = [v for v in board["templating"]["list"] if v["name"] == name]
+    found = re.fullmatch(r"label_values\((.+),\s*(\w+)\)",
+                         dashboards.match_all(var["query"]["query"], board))
+    assert found, var["query"]
+    values: list[str] = server.api(f"label/{found.group(2)}/values", **{"match[]": found.group(1)})
+    return values
+
+
 def missing_series(server: Prometheus) -> list[str]:
-    """The panel queries that Prometheus answers with no series (panel title and query)."""
-    return [f"{q.panel} [{q.ref}]: {q.expr}" for q in dashboards.panel_queries()
-            if not server.api("query", query=q.expr)["result"]]
+    """The panel queries that Prometheus answers with no series (panel title and query), and
+    the nodes whose reach series it has none of yet."""
+    missing = [f"{q.panel} [{q.ref}]: {q.expr}" for q in dashboards.panel_queries()
+               if not server.api("query", query=q.expr)["result"]]
+    nodes = set(variable_values(server, "Instance"))
+    return missing + [f"node {t}: no messages counted" for t in metrics_targets()
+                      if t not in nodes]
 
 
 async def test_every_panel_query_returns_series_and_prometheus_evaluates_the_rules(
@@ -118,11 +144,14 @@ async def test_every_panel_query_returns_series_and_prometheus_evaluates_the_rul
         while missing and time.monotonic() < deadline:
             await asyncio.sleep(1.0)
             missing = missing_series(prometheus)
-        assert not missing, "queries without series:\n" + "\n".join(missing)
+        assert not missing, "without series:\n" + "\n".join(missing)
 
         up = prometheus.api("query", query='up{job="ray"}')["result"]
         assert sorted(s["metric"]["instance"] for s in up) == sorted(metrics_targets())
         assert all(s["value"][1] == "1" for s in up), up
+        # The dashboard's other choices: this session, the supervisor that restarted.
+        assert variable_values(prometheus, "SessionName")
+        assert f"reach.sup.{SUPERVISOR}" in variable_values(prometheus, "Supervisor")
 
         async def evaluated() -> list[dict[str, Any]]:
             rules = [r for g in prometheus.api("rules")["groups"] for r in g["rules"]]
