@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 log = logging.getLogger("reach._runtime.metrics")
@@ -42,6 +43,33 @@ _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "reach_dead_letters": ("Messages that could not be delivered", ("reason",)),
     "reach_auth_refusals": ("Envelopes and calls refused by signature, replay or ACL checks",
                             ("reason",)),
+}
+_HISTOGRAMS: dict[str, tuple[str, list[float], tuple[str, ...]]] = {
+    "reach_request_latency_seconds": ("Request latency seen by callers", LATENCY_BOUNDARIES,
+                                      ("outcome",)),
+    "reach_batch_envelopes": ("Envelopes carried by one Ray call", BATCH_BOUNDARIES, ()),
+}
+_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "reach_tasks": ("Tasks by state", ("supervisor", "state")),
+    "reach_registry_agents": ("Agents in the registry by status", ("status",)),
+}
+
+
+class MetricKind(StrEnum):
+    """How a metric shows on Ray's Prometheus endpoint (``ray_`` before its name): a counter as
+    ``<name>_total``, a gauge as ``<name>``, a histogram as ``<name>_bucket``, ``_sum`` and
+    ``_count``."""
+
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+
+
+#: Every metric reach exports, and its kind (what the dashboard and the alerting rules may use).
+KINDS: dict[str, MetricKind] = {
+    **dict.fromkeys(_COUNTERS, MetricKind.COUNTER),
+    **dict.fromkeys(_HISTOGRAMS, MetricKind.HISTOGRAM),
+    **dict.fromkeys(_GAUGES, MetricKind.GAUGE),
 }
 
 
@@ -88,17 +116,11 @@ class _Metrics:
             made: dict[str, Any] = {
                 name: Counter(name, description=desc, tag_keys=keys)
                 for name, (desc, keys) in _COUNTERS.items()}
-            made["reach_request_latency_seconds"] = Histogram(
-                "reach_request_latency_seconds", description="Request latency seen by callers",
-                boundaries=LATENCY_BOUNDARIES, tag_keys=("outcome",))
-            made["reach_batch_envelopes"] = Histogram(
-                "reach_batch_envelopes", description="Envelopes carried by one Ray call",
-                boundaries=BATCH_BOUNDARIES)
-            made["reach_tasks"] = Gauge("reach_tasks", description="Tasks by state",
-                                        tag_keys=("supervisor", "state"))
-            made["reach_registry_agents"] = Gauge(
-                "reach_registry_agents", description="Agents in the registry by status",
-                tag_keys=("status",))
+            for name, (desc, bounds, keys) in _HISTOGRAMS.items():
+                made[name] = Histogram(name, description=desc, boundaries=bounds,
+                                       tag_keys=keys or None)
+            for name, (desc, keys) in _GAUGES.items():
+                made[name] = Gauge(name, description=desc, tag_keys=keys)
             self._ray = made
         return self._ray
 

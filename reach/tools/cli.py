@@ -1,5 +1,5 @@
 """The ``reach`` command: ``demo``, ``gateway``, ``observe``, ``token``, ``connect``,
-``agent-secret``, ``status``, ``bench``, ``audit``, ``keyring`` and ``version``."""
+``agent-secret``, ``status``, ``bench``, ``audit``, ``keyring``, ``grafana`` and ``version``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from reach._version import __version__
 from reach.bench import BENCHMARKS
 from reach.bench.results import DEFAULT_OUT, folder
 from reach.errors import AuthError, ConfigError, ReachError, StorageError
+from reach.observe import dashboards
 from reach.remote.cli import main_connect, main_secret
 from reach.runtime import Runtime
 from reach.security.guard import resolve_keyring
@@ -247,6 +248,19 @@ def _gateway(args: argparse.Namespace) -> int:
             _ray.shutdown()
 
 
+def _grafana(args: argparse.Namespace) -> int:
+
+    try:
+        dashboard, rules = dashboards.write(args.folder)
+    except OSError as exc:
+        print(f"reach grafana: {exc}", file=sys.stderr)
+        return 2
+    print(f"Grafana dashboard:  {dashboard}  (put it in a dashboards folder Grafana provisions, "
+          "or import it)")
+    print(f"Prometheus rules:   {rules}  (add it to rule_files in the Prometheus configuration)")
+    return 0
+
+
 def _token(args: argparse.Namespace) -> int:
 
     try:
@@ -328,10 +342,15 @@ def main(argv: list[str] | None = None) -> int:
                    "--secret HEX; see reach connect --help)")
     sub.add_parser("agent-secret", help="print an agent's signing secret, derived from the "
                    "keyring (what a remote agent signs its hello with)")
+    grafana = sub.add_parser("grafana", help="write reach's Grafana dashboard and Prometheus "
+                             "alerting rules to FOLDER (dashboards/reach.json, "
+                             "prometheus/reach-alerts.yml)")
+    grafana.add_argument("folder", type=Path)
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "status": _status, "bench": _bench, "audit": _audit,
-                "keyring": _keyring, "gateway": _gateway, "observe": observe.main, "token": _token}
+                "keyring": _keyring, "gateway": _gateway, "observe": observe.main, "token": _token,
+                "grafana": _grafana}
     if args.command in commands:
         return commands[args.command](args)
 

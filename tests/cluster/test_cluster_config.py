@@ -14,6 +14,9 @@ import jsonschema
 import pytest
 from loopback import ROOT, LoopbackError, load_config, loopback_config
 from ray.autoscaler._private.util import prepare_config, validate_config
+from ray.dashboard.modules.metrics.metrics_head import GRAFANA_DASHBOARD_OUTPUT_DIR_ENV_VAR
+
+from reach.observe import dashboards
 
 pytestmark = pytest.mark.cluster
 
@@ -78,6 +81,18 @@ def test_the_head_starts_the_dashboard_and_the_autoscaler() -> None:
     assert flag(args, "--include-dashboard") == "true"
     assert flag(args, "--dashboard-port") == "8265"
     assert flag(args, "--autoscaling-config") == "~/ray_bootstrap_config.yaml"
+
+
+def test_the_head_puts_reachs_dashboard_in_the_folder_rays_grafana_provisioning_loads() -> None:
+    commands = load_config()["head_start_ray_commands"]
+    [head_start] = [c for c in commands if "--head" in c]
+    [write] = [c for c in commands if c.startswith("reach grafana ")]
+    start = shlex.split(head_start.rsplit(";", 1)[-1])
+    env = dict(w.split("=", 1) for w in start[:start.index("ray")])
+
+    assert commands.index(write) < commands.index(head_start)  # there before Ray writes its own
+    folder = shlex.split(write)[2].replace("~", "$HOME", 1)
+    assert env[GRAFANA_DASHBOARD_OUTPUT_DIR_ENV_VAR] == f"{folder}/{dashboards.DASHBOARDS_FOLDER}"
 
 
 def test_every_node_starts_ray_with_token_authentication_and_serve_haproxy_and_gets_the_token(

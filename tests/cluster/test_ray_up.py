@@ -22,6 +22,8 @@ import loopback
 import pytest
 import yaml
 
+from reach.observe import dashboards
+
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 ROOT = loopback.ROOT
@@ -100,6 +102,21 @@ def test_ray_up_starts_a_head_that_gives_the_session_resource_behind_token_auth(
     assert re.search(r"nodes: 1; head 127\.0\.0\.1 gives reach_state=1", out), out[-4000:]
     assert "session store: on the head, pinned by reach_state" in out, out[-4000:]
     assert "dashboard: http://127.0.0.1:8265, token required" in out, out[-4000:]
+
+
+def test_the_heads_grafana_provisioning_loads_reachs_dashboard_beside_rays(head: Head) -> None:
+    folder = head.box.home / "reach-metrics" / dashboards.DASHBOARDS_FOLDER
+    grafana = head.box.root / "ray" / "session_latest" / "metrics" / "grafana"
+    # Ray's dashboard writes its Grafana files a moment after `ray start` returns.
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (folder / "default_grafana_dashboard.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+    assert (folder / "default_grafana_dashboard.json").exists(), sorted(folder.glob("*"))
+    assert (folder / "reach.json").read_text(encoding="utf-8") == dashboards.dashboard_text()
+    provisioning = grafana / "provisioning" / "dashboards" / "default.yml"
+    providers = yaml.safe_load(provisioning.read_text(encoding="utf-8"))["providers"]
+    assert [p["options"]["path"] for p in providers] == [str(folder)]
 
 
 def test_customer_service_driver_joins_with_address_auto_and_every_question_is_answered(
