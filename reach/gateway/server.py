@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from a2a.server.request_handlers.response_helpers import (
@@ -46,7 +47,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reach._runtime.names import INBOX_PREFIX, REMOTE_PREFIX
+from reach._runtime.names import GATEWAY_PREFIX, INBOX_PREFIX, REMOTE_PREFIX
 from reach._runtime.tasks import cancel_trace_everywhere
 from reach._runtime.trail import AuditTrail
 from reach._version import __version__
@@ -64,7 +65,7 @@ from reach.a2a.server.intake import jsonrpc_routes
 from reach.a2a.server.task_store import ReachTaskStore
 from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError
-from reach.observe.routes import ObserverRoutes, is_public
+from reach.observe.routes import ObserverRoutes, is_observer_api, is_public
 from reach.observe.sampler import Sampler
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
@@ -130,7 +131,8 @@ class GatewayServer:
         #: The routes under the gate (the channel's WebSocket route passes it untouched: the
         #: channel checks the token itself).
         self.starlette = self._routes()
-        self._gate = _Gate(self.starlette, self._keyring, options.max_body_bytes)
+        self._gate = _Gate(self.starlette, self._keyring, options.max_body_bytes,
+                           observers=options.observers)
 
     @property
     def app(self) -> ASGIApp:
@@ -241,6 +243,14 @@ def shared_task_store(cluster: Cluster) -> TaskStore:
     return ReachTaskStore(cluster.a2a_tasks())
 
 
+def _not_an_observer(principal: str) -> JSONResponse:
+    """The answer to an observer's data asked for with a token not named an observer's."""
+    return JSONResponse({"error": "forbidden", "reason": "not_an_observer",
+                         "message": f"{principal} may not read the observer's data: use the "
+                                    "token of a name in the gateway's observers setting "
+                                    "(reach observe prints one)"}, status_code=403)
+
+
 def _quiet(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -250,10 +260,12 @@ class _Gate:
     """The ASGI middleware every request passes: the bearer token (not for cards, nor for the
     observer's page and assets), then the body's size (before anything reads it)."""
 
-    def __init__(self, app: ASGIApp, keyring: Keyring | None, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, keyring: Keyring | None, max_body: int, *,
+                 observers: Sequence[str] = ()) -> None:
         self._app = app
         self._keyring = keyring
         self._max_body = max_body
+        self._observers = frozenset(f"{GATEWAY_PREFIX}{name}" for name in observers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -264,6 +276,10 @@ class _Gate:
         principal = ANONYMOUS if public or self._keyring is None else self._principal(scope)
         if principal is None:
             await self._refuse(scope, receive, send)
+            return
+        if (self._keyring is not None and is_observer_api(scope["path"])
+                and principal not in self._observers):
+            await _not_an_observer(principal)(scope, receive, send)
             return
         scope[PRINCIPAL_SCOPE_KEY] = principal
         if scope["method"] == "POST":

@@ -70,6 +70,11 @@ def is_public(method: str, path: str) -> bool:
     return path in (PREFIX, f"{PREFIX}/") or path.startswith(f"{PREFIX}/static/")
 
 
+def is_observer_api(path: str) -> bool:
+    """Whether a request is for the observer's data (only observers' tokens may read it)."""
+    return path == f"{PREFIX}/api" or path.startswith(f"{PREFIX}/api/")
+
+
 def _shipped() -> dict[str, Path]:
     return {p.name: p for p in STATIC.iterdir() if p.is_file() and p.suffix in _TYPES}
 

@@ -33,6 +33,9 @@ class GatewayOptions:
         timeout_ms: Budget of one A2A task, every reach attempt included.
         retry_limit: Retries of a failed attempt (under the task policy of reach's supervisors).
         auth: Require a bearer token (``reach token NAME``) on every call but the agent cards.
+        observers: The token names that may read the observer's data (``/observe/api``): it
+            shows every agent, supervisor, trace and dead letter of the cluster, which an A2A
+            caller's token is not for (``reach observe`` prints the first one's token).
         proxy_location: Where Ray Serve runs HTTP proxies: ``HeadOnly`` (one machine, or
             one entry point) or ``EveryNode`` (a proxy on each node of a real cluster).
         name: The Serve application's name.
@@ -47,6 +50,7 @@ class GatewayOptions:
     timeout_ms: int = 30_000
     retry_limit: int = 2
     auth: bool = True
+    observers: tuple[str, ...] = ("observer",)
     proxy_location: str = "HeadOnly"
     name: str = GATEWAY_APP
 
@@ -62,6 +66,10 @@ class GatewayOptions:
                               details={"setting": "max_json_depth"})
         if self.timeout_ms <= 0:
             raise ConfigError(f"timeout_ms must be positive, got {self.timeout_ms}")
+        if isinstance(self.observers, str) or not all(
+                isinstance(n, str) and n for n in self.observers):
+            raise ConfigError(f"observers must be a tuple of token names, got {self.observers!r}",
+                              details={"setting": "observers"})
         if self.proxy_location not in ("HeadOnly", "EveryNode"):
             raise ConfigError(
                 f"proxy_location must be HeadOnly or EveryNode, got {self.proxy_location!r}")

@@ -55,7 +55,7 @@ async def observed(rt: Any) -> AsyncIterator[Observed]:
         ChildSpec(RefundAgent, "obs-refund-1", placement=pool)]))
     url = start_gateway(rt, name=NAME)
     try:
-        yield Observed(url, token_for(rt.cluster.guard().keyring, "obs-watcher"), sup)
+        yield Observed(url, token_for(rt.cluster.guard().keyring, "observer"), sup)
     finally:
         rt.stop_gateway(NAME)
         await sup.stop()

@@ -709,3 +709,9 @@ def test_a_task_whose_replica_died_is_ended_failed_by_the_replica_that_reads_it_
 
     Orders.cancelled.clear()
     run(main)
+
+
+@pytest.mark.parametrize("observers", ["observer", ("observer", ""), (1,)])
+def test_observers_that_are_not_a_tuple_of_token_names_are_refused(observers: Any) -> None:
+    with pytest.raises(ConfigError, match="observers must be a tuple of token names"):
+        GatewayOptions(observers=observers)

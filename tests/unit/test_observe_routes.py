@@ -76,7 +76,7 @@ def on_gateway(scenario: Scenario, folder: Path) -> None:
         assert guard is not None
         async with httpx.AsyncClient(transport=httpx.ASGITransport(server.app),
                                      base_url="http://gw") as client:
-            await scenario(fake, client, token_for(guard.keyring, "watcher"))
+            await scenario(fake, client, token_for(guard.keyring, "observer"))
         await server.close()
 
     run(main, security=SecurityConfig(keyring=resolve_keyring(folder / "keyring.json",
@@ -101,12 +101,30 @@ def test_the_page_is_public_and_every_api_call_needs_a_valid_token(tmp_path: Pat
         assert (await client.get("/observe/static/..%2f__init__.py")).status_code == 404
         missing = await client.get("/observe/api/snapshot")
         assert (missing.status_code, missing.json()["reason"]) == (401, "missing_token")
-        forged = await client.get("/observe/api/snapshot", headers=bearer("watcher.00ff"))
+        forged = await client.get("/observe/api/snapshot", headers=bearer("observer.00ff"))
         assert (forged.status_code, forged.json()["reason"]) == (401, "invalid_token")
         as_query = await client.get(f"/observe/api/snapshot?token={token}")
         assert as_query.status_code == 401  # a token is taken from the header only
         ok = await client.get("/observe/api/snapshot", headers=bearer(token))
         assert ok.status_code == 200
+
+    on_gateway(scenario, tmp_path)
+
+
+def test_an_a2a_callers_valid_token_may_not_read_the_observers_data(tmp_path: Path) -> None:
+    # The observer shows the whole cluster: only the gateway's observers' tokens open it.
+    async def scenario(fake: FakeCluster, client: httpx.AsyncClient, token: str) -> None:
+        guard = fake.guard()
+        assert guard is not None
+        partner = bearer(token_for(guard.keyring, "partner"))
+        for path in ("/observe/api/snapshot", "/observe/api/agents", "/observe/api/letters"):
+            refused = await client.get(path, headers=partner)
+            assert refused.status_code == 403, path
+            assert refused.json()["reason"] == "not_an_observer"
+            assert "a2a:partner" in refused.json()["message"]
+        assert (await client.get("/observe", headers=partner)).status_code == 200  # the page
+        assert (await client.get("/observe/api/snapshot",
+                                 headers=bearer(token))).status_code == 200
 
     on_gateway(scenario, tmp_path)
 
