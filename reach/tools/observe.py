@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     observe.add_argument("--port", type=int, default=None,
                          help="its port, if the gateway is started (default 8000)")
     observe.add_argument("--name", default="observer",
-                         help="the token's name (calls with it enter reach as a2a:NAME)")
+                         help="the token's name (calls with it enter reach as a2a:NAME; a "
+                              "running gateway lets only its observers' names in)")
 
 
 def observer_at(port: int) -> str | None:
@@ -53,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
         port = rt.cluster.http_port()
         url = observer_at(port) if port is not None else None
         if url is None:  # no gateway runs: start one
-            url = rt.start_gateway(host=args.host, port=args.port)
+            url = rt.start_gateway(host=args.host, port=args.port, observers=(args.name,))
         guard = rt.cluster.guard()
         if guard is None:
             print(f"observer: {url}/observe  (signing is off: no token needed)")
