@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from actors.trace_index import DEFAULT_MAX_BYTES
 from policies.acl import Acl
 from policies.poison import POISON_AFTER, check_poison_after
 from reach._runtime.names import DEFAULT_SESSIONS, REGISTRY_NAME, SESSION_RESOURCE
@@ -45,9 +46,9 @@ INIT_CALL_S = 30.0
 class RuntimeConfig:
     """reach's settings for one driver: :func:`init` takes them as one value or as keywords.
 
-    The first six are the deployment's: the driver that starts the registry and the session
-    store sets them, and a driver joining a running deployment cannot change them (it is warned,
-    with the names of those it gave, that they are ignored).
+    The first seven are the deployment's: the driver that starts the registry, the session
+    store and the trace store sets them, and a driver joining a running deployment cannot
+    change them (it is warned, with the names of those it gave, that they are ignored).
 
     Attributes:
         heartbeat_interval_s: Interval at which hosts heartbeat.
@@ -63,6 +64,9 @@ class RuntimeConfig:
             process dies while the request is in its hands) before it is quarantined as
             poison: a dead letter, a fatal ``PoisonMessage`` to its caller, never delivered to
             that agent again (nor is any request of the same content).
+        trace_store_bytes: The memory bound of the cluster's trace store (the recent finished
+            spans, as their estimated size): past it the oldest spans are dropped first.
+            64 MiB by default, some 150,000 spans of reach's (``bench/trace_store.py``).
         max_hops: Longest call chain accepted.
         default_timeout_ms: Timeout of requests that give none.
         sign: Sign envelopes, registrations and heartbeats, and refuse unsigned ones.
@@ -88,6 +92,7 @@ class RuntimeConfig:
     session_resource: str | None = None
     session_options: Mapping[str, Any] = field(default_factory=dict)
     poison_after: int = POISON_AFTER
+    trace_store_bytes: int = DEFAULT_MAX_BYTES
     max_hops: int = 16
     default_timeout_ms: int = 30_000
     sign: bool = True
@@ -114,10 +119,13 @@ class RuntimeConfig:
             raise ConfigError(f"max_spares must be 0 or more, got {self.max_spares}",
                               details={"setting": "max_spares"})
         check_poison_after(self.poison_after)
+        if self.trace_store_bytes <= 0:
+            raise ConfigError(f"trace_store_bytes must be positive, got {self.trace_store_bytes}",
+                              details={"setting": "trace_store_bytes"})
 
     #: The settings a running deployment keeps: its registry's and its session store's.
     DEPLOYMENT = ("heartbeat_interval_s", "heartbeat_misses", "session_path",
-                  "session_resource", "session_options", "poison_after")
+                  "session_resource", "session_options", "poison_after", "trace_store_bytes")
 
     def given(self) -> list[str]:
         """The names of the settings that differ from their defaults."""
@@ -271,6 +279,9 @@ def init(address: str | None = None, config: RuntimeConfig | None = None,
                            cfg.poison_after)
     where_db = Path(cfg.session_path or os.environ.get("REACH_SESSIONS", DEFAULT_SESSIONS))
     cluster.start_store(str(where_db.absolute()), resource, dict(cfg.session_options))
+    # Started here, not on a first span: every process this driver starts then carries its
+    # handle (a first span never waits for a lookup by name, nor starts a process).
+    cluster.start_traces(cfg.trace_store_bytes, resource)
     runtime = Runtime(cluster, cfg.limits, owns_ray=starts)
     checks = _checks(runtime, cluster, cfg)
     try:

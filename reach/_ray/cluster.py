@@ -20,6 +20,7 @@ from actors.inbox import Inbox
 from actors.registry import Registry
 from actors.sessions import SessionStore
 from actors.supervisor import Supervisor
+from actors.trace_store import TraceStore
 from policies.poison import POISON_AFTER
 from reach._ray.calls import RayCall, RayPort, translate
 from reach._ray.ports import (
@@ -32,12 +33,14 @@ from reach._ray.ports import (
     RayRegistry,
     RaySessions,
     RaySupervisor,
+    RayTraceStore,
 )
 from reach._ray.serving import port_free, proxy_is_local, served_class, wait_running
 from reach._runtime.names import (
     NAMESPACE,
     REGISTRY_NAME,
     STORE_NAME,
+    TRACES_NAME,
     supervisor_name,
 )
 from reach.errors import (
@@ -58,6 +61,7 @@ from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
+from reach.ports.traces import TraceStorePort
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.specs import SupervisorSpec
 
@@ -72,6 +76,8 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "registry": {"max_restarts": -1, "max_task_retries": -1},
     "store": {"max_restarts": -1, "max_task_retries": 0, "max_concurrency": 10_000},
     "supervisor": {"max_restarts": 0, "max_concurrency": 10_000},
+    # Restarted empty when its process dies; a batch sent meanwhile is lost, not queued.
+    "traces": {"max_restarts": -1, "max_task_retries": 0},
     "inbox": {"num_cpus": 0},
 }
 
@@ -79,7 +85,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
 #: Each kind of reach process: its plain class (Ray is applied here).
 _ACTORS: dict[str, type[object]] = {"host": AgentHost, "registry": Registry,
                                     "store": SessionStore, "supervisor": Supervisor,
-                                    "inbox": Inbox}
+                                    "inbox": Inbox, "traces": TraceStore}
 _CLASSES: dict[str, Any] = {}
 
 
@@ -109,9 +115,9 @@ def _process_class(cls: type[object]) -> Any:
 class RayCluster(Cluster):
     """The :class:`~reach.ports.cluster.Cluster` on Ray: reach's processes are named actors in the
     ``reach`` namespace, and their ports are the adapters of :mod:`reach._ray.ports` over the
-    actors' handles. Pickles as its namespace and the handles of the registry and the session
-    store when it has them (Ray restarts those two in place, so their handles stay good); other
-    processes are looked up anew by name.
+    actors' handles. Pickles as its namespace and the handles of the registry, the session
+    store and the trace store when it has them (Ray restarts those three in place, so their
+    handles stay good); other processes are looked up anew by name.
 
     Looking an actor up by name (``ray.get_actor``) blocks the caller's event loop for a
     round trip to Ray's control store, 20-30 ms when a process has just died: a host given a
@@ -127,7 +133,7 @@ class RayCluster(Cluster):
         self._ports: dict[str, dict[type[RayPort], RayPort]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        known = {name: self._handles[name] for name in (REGISTRY_NAME, STORE_NAME)
+        known = {name: self._handles[name] for name in (REGISTRY_NAME, STORE_NAME, TRACES_NAME)
                  if name in self._handles}
         return (RayCluster, (self.security, self.namespace, known))
 
@@ -181,6 +187,10 @@ class RayCluster(Cluster):
     def audit_log(self) -> AuditPort:
         """See :meth:`reach.ports.cluster.Cluster.audit_log`."""
         return self._store(RayAudit)
+
+    def trace_store(self) -> TraceStorePort:
+        """See :meth:`reach.ports.cluster.Cluster.trace_store`."""
+        return self._port(TRACES_NAME, RayTraceStore)
 
     def endpoint(self, name: str) -> Endpoint:
         """See :meth:`reach.ports.cluster.Cluster.endpoint`."""
@@ -363,6 +373,16 @@ class RayCluster(Cluster):
             actor["resources"] = {pin: 0.001}
         handle = _remote("store").options(**actor).remote(self, path, **options)
         return self._started(STORE_NAME, handle, RaySessions)
+
+    def start_traces(self, max_bytes: int, pin: str | None) -> TraceStorePort:
+        """The trace store, started unless it runs, keeping to ``max_bytes``; pinned to the
+        node with ``pin`` (beside the registry)."""
+        options: dict[str, Any] = {"name": TRACES_NAME, "namespace": self.namespace,
+                                   "lifetime": "detached", "get_if_exists": True, "num_cpus": 0}
+        if pin:
+            options["resources"] = {pin: 0.001}
+        handle = _remote("traces").options(**options).remote(max_bytes)
+        return self._started(TRACES_NAME, handle, RayTraceStore)
 
     def wait(self, calls: Sequence[Awaitable[Any]], timeout_s: float) -> None:
         """Blocks until the calls end or ``timeout_s`` passes (for synchronous shutdowns)."""

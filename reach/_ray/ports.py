@@ -11,8 +11,8 @@ receiving one.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any
 
 from reach._ray.calls import RayCall, RayPort, ship
 from reach.agent import Agent
@@ -34,6 +34,7 @@ from reach.ports.sessions import (
     StoreStats,
 )
 from reach.ports.supervisors import SupervisorPort
+from reach.ports.traces import TraceStorePort
 from reach.records import (
     AgentExit,
     AgentRecord,
@@ -43,10 +44,8 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
+from reach.spans import SpanRecord, SpanStatus, TraceEdge, TraceStoreStats, TraceSummary
 from reach.specs import TaskSpec
-
-if TYPE_CHECKING:
-    pass
 
 
 class RayEndpoint(RayPort, Endpoint):
@@ -327,6 +326,35 @@ class RayA2ATasks(RayPort, A2ATaskPort):
         return self.call("a2a_delete", task_id, owner)
 
 
+class RayTraceStore(RayPort, TraceStorePort):
+    """The trace store (``actors/trace_store.py``)."""
+
+    def add_spans(self, spans: Sequence[SpanRecord]) -> Awaitable[None]:
+        """See :meth:`reach.ports.traces.TraceStorePort.add_spans`."""
+        return self.call("add_spans", spans)
+
+    def trace(self, trace_id: str) -> Awaitable[list[SpanRecord]]:
+        """See :meth:`reach.ports.traces.TraceStorePort.trace`."""
+        return self.call("trace", trace_id)
+
+    def find_traces(self, *, agent: str | None = None, capability: str | None = None,
+                    task_id: str | None = None, status: SpanStatus | None = None,
+                    since_ns: int | None = None, until_ns: int | None = None,
+                    slowest: bool = False, limit: int = 50) -> Awaitable[list[TraceSummary]]:
+        """See :meth:`reach.ports.traces.TraceStorePort.find_traces`."""
+        return self.call("find_traces", agent=agent, capability=capability, task_id=task_id,
+                         status=status, since_ns=since_ns, until_ns=until_ns, slowest=slowest,
+                         limit=limit)
+
+    def edges(self, since_ns: int) -> Awaitable[list[TraceEdge]]:
+        """See :meth:`reach.ports.traces.TraceStorePort.edges`."""
+        return self.call("edges", since_ns)
+
+    def trace_stats(self) -> Awaitable[TraceStoreStats]:
+        """See :meth:`reach.ports.traces.TraceStorePort.trace_stats`."""
+        return self.call("trace_stats")
+
+
 class RayInbox(RayEndpoint, InboxPort):
     """A driver's reply inbox (``actors/inbox.py``)."""
 
@@ -392,4 +420,5 @@ __all__ = [
     "RayRegistry",
     "RaySessions",
     "RaySupervisor",
+    "RayTraceStore",
 ]

@@ -11,6 +11,8 @@ NAMESPACE = "reach"
 REGISTRY_NAME = "reach.registry"
 #: The session store (one per cluster).
 STORE_NAME = "reach.sessions"
+#: The trace store (one per cluster): the recent finished spans.
+TRACES_NAME = "reach.traces"
 #: Where the embedded default keeps the session store's database, under the current folder.
 DEFAULT_SESSIONS = ".reach/sessions.db"
 #: The custom resource a cluster's head node gives (see cluster.yaml): where it exists, the
@@ -100,6 +102,7 @@ __all__ = [
     "SESSION_RESOURCE",
     "STORE_NAME",
     "SUPERVISOR_PREFIX",
+    "TRACES_NAME",
     "check_agent_ids",
     "is_dedicated",
     "is_endpoint",

@@ -14,6 +14,8 @@ watches and kills reach's processes, and to the ports it hands out, one module p
   tasks): what the session store keeps, as three ports the Cluster hands out apart (one store
   process implements them all);
 - :mod:`reach.ports.supervisors`: :class:`SupervisorPort`;
+- :mod:`reach.ports.traces`: :class:`TraceStorePort` (the cluster's recent finished spans; what
+  they are is :mod:`reach.spans`);
 - :mod:`reach.ports.inbox`: :class:`InboxPort` (a driver's reply inbox);
 - :mod:`reach.ports.cluster`: the :class:`Cluster` itself and :class:`NodeInfo`;
 - :mod:`reach.ports.data`: plain data several ports carry (an error's info, a JSON object).
@@ -78,6 +80,7 @@ from reach.ports.sessions import (
     TermsDoc,
 )
 from reach.ports.supervisors import SupervisorPort
+from reach.ports.traces import TraceStorePort
 
 __all__ = [
     "A2ACursor",
@@ -117,4 +120,5 @@ __all__ = [
     "StoreStats",
     "SupervisorPort",
     "TermsDoc",
+    "TraceStorePort",
 ]

@@ -23,6 +23,7 @@ from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
+from reach.ports.traces import TraceStorePort
 from reach.specs import SupervisorSpec
 
 if TYPE_CHECKING:
@@ -81,6 +82,14 @@ class Cluster(Protocol):
 
         Raises:
             SessionNotFound: no session store runs.
+        """
+        ...
+
+    def trace_store(self) -> TraceStorePort:
+        """The trace store: the recent finished spans of every process.
+
+        Raises:
+            AgentUnavailable: no trace store runs.
         """
         ...
 

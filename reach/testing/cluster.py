@@ -20,9 +20,11 @@ from actors.registry import Registry
 from actors.session_storage import SqliteStorage
 from actors.sessions import SessionStore
 from actors.supervisor import Supervisor
+from actors.trace_index import DEFAULT_MAX_BYTES
+from actors.trace_store import TraceStore
 from policies.poison import POISON_AFTER
 from reach._runtime.inline_sqlite import inline_connect
-from reach._runtime.names import REGISTRY_NAME, STORE_NAME, supervisor_name
+from reach._runtime.names import REGISTRY_NAME, STORE_NAME, TRACES_NAME, supervisor_name
 from reach.driver import Driver
 from reach.errors import AgentAlreadyExists, AgentNotFound, AgentUnavailable, SessionNotFound
 from reach.ports.a2a_tasks import A2ATaskPort
@@ -36,6 +38,7 @@ from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
+from reach.ports.traces import TraceStorePort
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.specs import SupervisorSpec
 from reach.testing.ports import (
@@ -49,6 +52,7 @@ from reach.testing.ports import (
     FakeRegistry,
     FakeSessions,
     FakeSupervisor,
+    FakeTraceStore,
 )
 
 T = TypeVar("T")
@@ -103,6 +107,7 @@ class FakeCluster(Cluster):
         poison_after: Incarnations of an agent a request may kill before it is quarantined.
         host_start_s: How long a new host takes to start (calls to it wait meanwhile, as they
             wait for a platform's new process); 0 by default: at once.
+        trace_store_bytes: The trace store's memory bound.
 
     Attributes:
         calls: How many calls each ``(process name, method)`` received.
@@ -112,7 +117,7 @@ class FakeCluster(Cluster):
                  nodes: Sequence[str] = ("node-a", "node-b"), heartbeat_interval_s: float = 1.0,
                  heartbeat_misses: int = 3, folder: Path | None = None,
                  restart_delay_s: float = 1.5, poison_after: int = POISON_AFTER,
-                 host_start_s: float = 0.0) -> None:
+                 host_start_s: float = 0.0, trace_store_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.security = security or SecurityConfig(sign=False)
         self.restart_delay_s = restart_delay_s
         self.host_start_s = host_start_s
@@ -120,6 +125,7 @@ class FakeCluster(Cluster):
         self._node_resources: dict[str, dict[str, float]] = {n: {"CPU": 2.0} for n in nodes}
         self._procs: dict[str, _Proc] = {}
         self._settings = (heartbeat_interval_s, heartbeat_misses, poison_after)
+        self._trace_store_bytes = trace_store_bytes
         self._folder = folder or Path(tempfile.gettempdir())
         self.calls: Counter[tuple[str, str]] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -135,8 +141,8 @@ class FakeCluster(Cluster):
     # -- setting up ------------------------------------------------------------------------
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Starts the registry and the session store, and tracks which process each task of
-        ``loop`` runs in (a task belongs to the process that created it)."""
+        """Starts the registry, the session store and the trace store, and tracks which process
+        each task of ``loop`` runs in (a task belongs to the process that created it)."""
         self._loop = loop
 
         def factory(loop: asyncio.AbstractEventLoop, coro: Any,
@@ -156,6 +162,8 @@ class FakeCluster(Cluster):
         self._start(STORE_NAME, lambda: SessionStore(
             self, str(db), storage=SqliteStorage(db, connect=inline_connect)),
             self.driver_node, restarts=True)
+        self._start(TRACES_NAME, lambda: TraceStore(self._trace_store_bytes), self.driver_node,
+                    restarts=True)
 
     def runtime(self, limits: CallLimits | None = None) -> Driver:
         """A driver on this cluster (``reach.Runtime(fake)`` for one that also starts the
@@ -244,6 +252,10 @@ class FakeCluster(Cluster):
     def audit_log(self) -> AuditPort:
         """See :meth:`reach.ports.cluster.Cluster.audit_log`."""
         return self._store(FakeAudit)
+
+    def trace_store(self) -> TraceStorePort:
+        """See :meth:`reach.ports.cluster.Cluster.trace_store`."""
+        return self._live_port(TRACES_NAME, FakeTraceStore)
 
     def _live_port(self, name: str, kind: type[F]) -> F:
         proc = self._procs.get(name)

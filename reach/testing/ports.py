@@ -10,7 +10,7 @@ checks their parameters against the actors' too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from reach.agent import Agent
@@ -32,6 +32,7 @@ from reach.ports.sessions import (
     StoreStats,
 )
 from reach.ports.supervisors import SupervisorPort
+from reach.ports.traces import TraceStorePort
 from reach.records import (
     AgentExit,
     AgentRecord,
@@ -41,6 +42,7 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
+from reach.spans import SpanRecord, SpanStatus, TraceEdge, TraceStoreStats, TraceSummary
 from reach.specs import TaskSpec
 
 #: How a call reaches a simulated process: ``invoke(name, method, args, kwargs)``.
@@ -347,6 +349,35 @@ class FakeA2ATasks(FakePort, A2ATaskPort):
         return self.call("a2a_delete", task_id, owner)
 
 
+class FakeTraceStore(FakePort, TraceStorePort):
+    """The trace store (``actors/trace_store.py``)."""
+
+    def add_spans(self, spans: Sequence[SpanRecord]) -> Awaitable[None]:
+        """See :meth:`reach.ports.traces.TraceStorePort.add_spans`."""
+        return self.call("add_spans", spans)
+
+    def trace(self, trace_id: str) -> Awaitable[list[SpanRecord]]:
+        """See :meth:`reach.ports.traces.TraceStorePort.trace`."""
+        return self.call("trace", trace_id)
+
+    def find_traces(self, *, agent: str | None = None, capability: str | None = None,
+                    task_id: str | None = None, status: SpanStatus | None = None,
+                    since_ns: int | None = None, until_ns: int | None = None,
+                    slowest: bool = False, limit: int = 50) -> Awaitable[list[TraceSummary]]:
+        """See :meth:`reach.ports.traces.TraceStorePort.find_traces`."""
+        return self.call("find_traces", agent=agent, capability=capability, task_id=task_id,
+                         status=status, since_ns=since_ns, until_ns=until_ns, slowest=slowest,
+                         limit=limit)
+
+    def edges(self, since_ns: int) -> Awaitable[list[TraceEdge]]:
+        """See :meth:`reach.ports.traces.TraceStorePort.edges`."""
+        return self.call("edges", since_ns)
+
+    def trace_stats(self) -> Awaitable[TraceStoreStats]:
+        """See :meth:`reach.ports.traces.TraceStorePort.trace_stats`."""
+        return self.call("trace_stats")
+
+
 class FakeInbox(FakeEndpoint, InboxPort):
     """A driver's reply inbox (``actors/inbox.py``)."""
 
@@ -419,4 +450,5 @@ __all__ = [
     "FakeRegistry",
     "FakeSessions",
     "FakeSupervisor",
+    "FakeTraceStore",
 ]

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from actors.trace_index import DEFAULT_MAX_BYTES
 from policies.poison import POISON_AFTER
 from reach import clock
 from reach._runtime.virtual_time import VirtualClock, VirtualLoop
@@ -20,9 +21,11 @@ T = TypeVar("T")
 def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
         security: SecurityConfig | None = None, nodes: Sequence[str] = ("node-a", "node-b"),
         heartbeat_interval_s: float = 1.0, heartbeat_misses: int = 3,
-        poison_after: int = POISON_AFTER, host_start_s: float = 0.0) -> T:
+        poison_after: int = POISON_AFTER, host_start_s: float = 0.0,
+        trace_store_bytes: int = DEFAULT_MAX_BYTES) -> T:
     """Runs ``scenario`` on a fresh :class:`FakeCluster`, on virtual time; returns its result
-    (``host_start_s``: how long each new host takes to start, see :class:`FakeCluster`).
+    (``host_start_s``: how long each new host takes to start, ``trace_store_bytes``: the trace
+    store's bound; see :class:`FakeCluster`).
 
     Every task still running when the scenario returns (heartbeats, watches) is cancelled, and
     the session store's database is closed.
@@ -34,7 +37,8 @@ def run(scenario: Callable[[FakeCluster], Coroutine[Any, Any, T]], *,
         with tempfile.TemporaryDirectory() as tmp:
             fake = FakeCluster(security, nodes=nodes, heartbeat_interval_s=heartbeat_interval_s,
                                heartbeat_misses=heartbeat_misses, folder=Path(tmp),
-                               poison_after=poison_after, host_start_s=host_start_s)
+                               poison_after=poison_after, host_start_s=host_start_s,
+                               trace_store_bytes=trace_store_bytes)
 
             async def main() -> T:
                 fake.install(asyncio.get_running_loop())

@@ -22,6 +22,7 @@ from actors.inbox import Inbox
 from actors.registry import Registry
 from actors.sessions import SessionStore
 from actors.supervisor import Supervisor
+from actors.trace_store import TraceStore
 from reach._ray import RayCluster
 from reach._ray.ports import (
     RayA2ATasks,
@@ -33,6 +34,7 @@ from reach._ray.ports import (
     RayRegistry,
     RaySessions,
     RaySupervisor,
+    RayTraceStore,
 )
 from reach.gateway.server import GatewayServer
 from reach.ports.a2a_tasks import A2ATaskPort
@@ -46,6 +48,7 @@ from reach.ports.processes import Process
 from reach.ports.registry import RegistryPort
 from reach.ports.sessions import SessionsPort
 from reach.ports.supervisors import SupervisorPort
+from reach.ports.traces import TraceStorePort
 from reach.remote.host import RemoteHost
 from reach.remote.ports import RemoteHostClient, RemoteHostPort
 from reach.testing import FakeCluster
@@ -59,6 +62,7 @@ from reach.testing.ports import (
     FakeRegistry,
     FakeSessions,
     FakeSupervisor,
+    FakeTraceStore,
 )
 
 #: Each port and what implements it: the process (its actor, or the feature's class), the Ray
@@ -72,6 +76,7 @@ PORTS: list[tuple[type[Any], list[type[Any]]]] = [
     (A2ATaskPort, [SessionStore, RayA2ATasks, FakeA2ATasks]),
     (InboxPort, [Inbox, RayInbox, FakeInbox]),
     (SupervisorPort, [Supervisor, RaySupervisor, FakeSupervisor]),
+    (TraceStorePort, [TraceStore, RayTraceStore, FakeTraceStore]),
     (Cluster, [RayCluster, FakeCluster]),
     (Process, [RayProcess, FakeProcess]),
     (HttpService, [GatewayServer]),

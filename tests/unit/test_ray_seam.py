@@ -14,10 +14,11 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 import reach._ray.cluster
 from reach._ray import RayCluster
 from reach._ray.calls import _RECEIVED, ship, translate
-from reach._ray.ports import RayHost, RayRegistry, RaySessions
-from reach._runtime.names import REGISTRY_NAME, STORE_NAME
+from reach._ray.ports import RayHost, RayRegistry, RaySessions, RayTraceStore
+from reach._runtime.names import REGISTRY_NAME, STORE_NAME, TRACES_NAME
 from reach.errors import AgentUnavailable, InvalidPayload, ReachError
 from reach.security.guard import SecurityConfig
+from reach.spans import SpanStatus
 
 
 def test_a_reach_error_raised_remotely_arrives_as_itself() -> None:
@@ -104,6 +105,14 @@ def test_a_port_passes_keyword_only_arguments_by_keyword() -> None:
         "agent_id": "a", "receiver": "b", "session_id": "s", "envelope": {}, "deadline": None})]
 
 
+def test_the_trace_stores_port_passes_its_filters_by_keyword() -> None:
+    handle = Handle(TRACES_NAME)
+    RayTraceStore(handle, TRACES_NAME).find_traces(agent="a", status=SpanStatus.ERROR, limit=5)
+    assert handle.started == [("find_traces", (), {
+        "agent": "a", "capability": None, "task_id": None, "status": SpanStatus.ERROR,
+        "since_ns": None, "until_ns": None, "slowest": False, "limit": 5})]
+
+
 def test_a_port_pickles_as_its_handle_and_name() -> None:
     port = pickle.loads(pickle.dumps(RayRegistry(Handle(REGISTRY_NAME), REGISTRY_NAME)))
     assert isinstance(port, RayRegistry)
@@ -122,13 +131,14 @@ def test_a_cluster_handle_pickles_with_its_settings_and_without_what_it_looked_u
 
 def test_a_cluster_handle_carries_the_registry_and_store_handles_it_has(
         looked_up: list[str]) -> None:
-    # A process given the cluster need not look those two up by name (a blocking call).
+    # A process given the cluster need not look those three up by name (a blocking call).
     cluster = RayCluster(SecurityConfig(sign=False), handles={
-        name: Handle(name) for name in (REGISTRY_NAME, STORE_NAME, "reach.host.x")})
+        name: Handle(name) for name in (REGISTRY_NAME, STORE_NAME, TRACES_NAME, "reach.host.x")})
     travelled = pickle.loads(pickle.dumps(cluster))
     assert travelled.registry().handle == Handle(REGISTRY_NAME)  # type: ignore[attr-defined]
     for port in (travelled.sessions(), travelled.audit_log(), travelled.a2a_tasks()):
         assert port.handle == Handle(STORE_NAME)
+    assert travelled.trace_store().handle == Handle(TRACES_NAME)  # type: ignore[attr-defined]
     assert looked_up == []
     travelled.host("reach.host.x")
     assert looked_up == ["reach.host.x"]

@@ -23,7 +23,7 @@ def test_a_config_is_frozen_and_names_the_settings_that_differ_from_the_defaults
 def test_the_deployments_own_settings_are_the_registrys_and_the_stores() -> None:
     assert set(RuntimeConfig.DEPLOYMENT) == {
         "heartbeat_interval_s", "heartbeat_misses", "session_path", "session_resource",
-        "session_options", "poison_after"}
+        "session_options", "poison_after", "trace_store_bytes"}
     assert set(RuntimeConfig.DEPLOYMENT) <= {f.name for f in dataclasses.fields(RuntimeConfig)}
 
 
@@ -36,7 +36,8 @@ def test_limits_carry_hops_timeout_and_spares() -> None:
 
 @pytest.mark.parametrize(("setting", "value"), [
     ("heartbeat_interval_s", 0.0), ("heartbeat_misses", 0), ("max_hops", 0),
-    ("default_timeout_ms", -1), ("spares", -1), ("poison_after", 0), ("max_spares", -1)])
+    ("default_timeout_ms", -1), ("spares", -1), ("poison_after", 0), ("max_spares", -1),
+    ("trace_store_bytes", 0)])
 def test_a_setting_out_of_range_is_a_config_error_naming_it(setting: str, value: float) -> None:
     with pytest.raises(ConfigError, match=str(value)):
         RuntimeConfig(**{setting: value})
