@@ -1,0 +1,191 @@
+"""reach's spans, on the OpenTelemetry API: one per send, per handler run, per task attempt and
+per supervisor restart, and the W3C trace context envelopes carry between them.
+
+Tracing is off in a process until a tracer provider is given to it (:func:`use`, which
+:mod:`reach._runtime.span_export` calls where tracing is configured, and a test calls with the
+SDK's in-memory exporter). While it is off, :data:`TRACING`'s ``tracer`` is None, and the hot
+path asks that one question and does nothing else: no span, no attribute, no copy of an
+envelope. While it is on, a span's attributes are built only when it records (a trace sampled
+out costs its span's context, which still travels, so that the spans after it are sampled out
+too).
+
+An envelope carries its trace as W3C trace context: its ``trace_id`` is the trace's (32 hex
+digits), ``span_id`` the span that sent it (16 hex digits: the parent of the span that handles
+it) and ``trace_flags`` W3C's flags (1: sampled). A span that starts a trace takes the trace ID
+of the envelope (or task) it is about, so that reach's trace IDs and OpenTelemetry's are one
+(see :data:`SEED`, read by the SDK's ID generator of :mod:`reach._runtime.span_export`).
+
+A process boundary carries no context but the envelope's: a handler's span is the child of the
+span in its envelope, never of whatever context the process happens to have.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    TracerProvider,
+)
+
+from reach._version import __version__
+from reach.errors import ReachError
+from reach.protocol import Envelope
+from reach.spans import Attr, AttrValue, SpanName
+
+#: The name of reach's tracer (its instrumentation scope).
+TRACER_NAME = "reach"
+
+#: A trace ID (as an int) that the next span to start a trace takes, when set: the ID generator
+#: of reach's SDK setup reads it (a span with a parent keeps its parent's).
+SEED: ContextVar[int | None] = ContextVar("reach_trace_seed", default=None)
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+class _Tracing:
+    """Whether this process traces: ``tracer`` is None while it does not."""
+
+    __slots__ = ("tracer",)
+
+    def __init__(self) -> None:
+        self.tracer: Tracer | None = None
+
+
+#: This process's tracing (see the module's docstring).
+TRACING = _Tracing()
+
+
+def use(provider: TracerProvider | None) -> None:
+    """Traces this process's work with ``provider`` from now on (None: stops tracing)."""
+    TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
+
+
+def trace_int(trace_id: str) -> int:
+    """A W3C trace ID's value (0 for one that is not 32 lowercase hex digits)."""
+    return int(trace_id, 16) if _HEX32.fullmatch(trace_id) else 0
+
+
+def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
+          trace_id: str | None = None, links: Sequence[Link] = ()) -> Span:
+    """Starts a span under ``context`` (None: the current one); one that starts a trace takes
+    ``trace_id`` as its trace's ID when it is a W3C one."""
+    seed = trace_int(trace_id) if trace_id else 0
+    if not seed:
+        return tracer.start_span(name, context=context, kind=kind, links=links)
+    token = SEED.set(seed)
+    try:
+        return tracer.start_span(name, context=context, kind=kind, links=links)
+    finally:
+        SEED.reset(token)
+
+
+def envelope_context(env: Envelope) -> Context:
+    """The context a span about a received envelope continues: its sender's span as a remote
+    parent, or no parent at all (an envelope from a peer that sends no span ID)."""
+    if env.span_id is None:
+        return Context()
+    parent = SpanContext(int(env.trace_id, 16), int(env.span_id, 16), is_remote=True,
+                         trace_flags=TraceFlags(env.trace_flags))
+    return trace.set_span_in_context(NonRecordingSpan(parent), Context())
+
+
+def traced(env: Envelope, span: Span) -> Envelope:
+    """``env`` carrying ``span`` as its parent span (unchanged for a span with no context)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return env
+    return env.model_copy(update={"trace_id": f"{ctx.trace_id:032x}",
+                                  "span_id": f"{ctx.span_id:016x}",
+                                  "trace_flags": int(ctx.trace_flags)})
+
+
+def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
+               ) -> tuple[Span, Envelope]:
+    """The client span of a send (a child of the current span), and the envelope carrying it.
+
+    Args:
+        tracer: This process's tracer.
+        env: The envelope sent.
+        capability: For a send by capability, the capability (the agent chosen is the
+            envelope's receiver).
+    """
+    span = start(tracer, f"{SpanName.SEND} {capability or env.receiver}", SpanKind.CLIENT,
+                 context=None, trace_id=env.trace_id)
+    if span.is_recording():
+        attrs: dict[str, AttrValue] = {
+            Attr.SENDER: env.sender, Attr.RECEIVER: capability or env.receiver,
+            Attr.AGENT_ID: env.receiver, Attr.MSG_TYPE: env.msg_type.value,
+            Attr.MSG_ID: env.msg_id, Attr.PAYLOAD_SCHEMA: env.payload_schema}
+        if capability is not None:
+            attrs[Attr.CAPABILITY] = capability
+        if env.session_id is not None:
+            attrs[Attr.SESSION_ID] = env.session_id
+        span.set_attributes(attrs)
+    return span, traced(env, span)
+
+
+def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrValue]) -> Span:
+    """The server span of a handler's run of ``env``: the child of the envelope's span."""
+    span = start(tracer, f"{SpanName.HANDLE} {env.payload_schema}", SpanKind.SERVER,
+                 context=envelope_context(env), trace_id=env.trace_id)
+    if span.is_recording():
+        span.set_attributes({Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
+                             Attr.MSG_TYPE: env.msg_type.value, Attr.MSG_ID: env.msg_id,
+                             Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes})
+        if env.session_id is not None:
+            span.set_attribute(Attr.SESSION_ID, env.session_id)
+    return span
+
+
+def failed(span: Span, error: ReachError) -> None:
+    """Marks a span as ended in ``error`` (its code and severity, status ERROR)."""
+    if span.is_recording():
+        span.set_attributes({Attr.ERROR_CODE: error.code,
+                             Attr.ERROR_SEVERITY: error.severity.value})
+        span.set_status(Status(StatusCode.ERROR, error.message))
+
+
+def event(span: Span | None, name: str, attributes: Mapping[str, AttrValue]) -> None:
+    """Adds an event to a span that records (nothing for None or one that does not)."""
+    if span is not None and span.is_recording():
+        span.add_event(name, dict(attributes))
+
+
+@contextmanager
+def internal(name: str, attributes: Mapping[str, AttrValue], *,
+             trace_id: str | None = None) -> Iterator[Span | None]:
+    """An internal span that starts a trace of its own (a supervisor's restart), current while
+    the block runs; None when this process does not trace. A ReachError raised in the block
+    marks it failed."""
+    tracer = TRACING.tracer
+    if tracer is None:
+        yield None
+        return
+    span = start(tracer, name, SpanKind.INTERNAL, context=Context(), trace_id=trace_id)
+    if span.is_recording():
+        span.set_attributes(dict(attributes))
+    with trace.use_span(span, end_on_exit=True, record_exception=False,
+                        set_status_on_exception=False):
+        try:
+            yield span
+        except ReachError as exc:
+            failed(span, exc)
+            raise
+
+
+__all__ = ["SEED", "TRACER_NAME", "TRACING", "envelope_context", "event", "failed", "internal",
+           "start", "start_handle", "start_send", "trace_int", "traced", "use"]
