@@ -56,10 +56,16 @@ def served(method: str, headers: Mapping[str, str],
                     attributes={Attr.PRINCIPAL: principal})
 
 
+def current_trace_id(default: str) -> str:
+    """The trace of the current span (an A2A caller's), or ``default`` outside any."""
+    ctx = trace.get_current_span().get_span_context()
+    return f"{ctx.trace_id:032x}" if ctx.is_valid else default
+
+
 async def send_traceparent(request: httpx.Request) -> None:
     """An httpx request hook: the current span (if any) as the request's ``traceparent``."""
     if TRACING.tracer is not None:
         _W3C.inject(request.headers)
 
 
-__all__ = ["a2a_span", "send_traceparent", "served"]
+__all__ = ["a2a_span", "current_trace_id", "send_traceparent", "served"]
