@@ -33,7 +33,7 @@ from reach._runtime.session_calls import (
     finish,
     limits_payload,
 )
-from reach._runtime.tracer import TRACING, failed, start_handle
+from reach._runtime.tracer import TRACING, failed, sampled_out, start_handle
 from reach._runtime.transport import STREAM_END_SCHEMA
 from reach.agent import Agent, HandlerSpec
 from reach.errors import (
@@ -231,7 +231,8 @@ class AgentRunner:
         if tracer is None:  # tracing stopped since the envelope came
             await self._run(spec, env, message, sink)
             return
-        span = start_handle(tracer, env, self._span_attributes(env, received))
+        span = start_handle(tracer, env, {} if sampled_out(env)
+                            else self._span_attributes(env, received))
         with trace.use_span(span, end_on_exit=True, record_exception=False,
                             set_status_on_exception=False):
             await self._run(spec, env, message, sink, span)

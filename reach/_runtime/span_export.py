@@ -34,6 +34,9 @@ log = logging.getLogger("reach._runtime.span_export")
 #: event loop, and a failure only logged).
 SendSpans = Callable[[Sequence[SpanRecord]], Awaitable[None]]
 
+#: How many finished spans a process holds for the trace store before it drops them.
+STORE_QUEUE = 32_768
+
 _KINDS = {OtelKind.INTERNAL: SpanKind.INTERNAL, OtelKind.SERVER: SpanKind.SERVER,
           OtelKind.CLIENT: SpanKind.CLIENT, OtelKind.PRODUCER: SpanKind.PRODUCER,
           OtelKind.CONSUMER: SpanKind.CONSUMER}
@@ -51,32 +54,35 @@ class SeededIds(RandomIdGenerator):
 
 
 def to_record(span: ReadableSpan, process: str) -> SpanRecord:
-    """A finished span as the trace store keeps it."""
+    """A finished span as the trace store keeps it (on the batch processor's thread: every
+    span of a process passes here, so it does no more than it must)."""
     ctx = span.context
     assert ctx is not None
     parent = span.parent
     status = span.status
+    events, links = span.events, span.links
+    start = span.start_time or 0
     return SpanRecord(
-        trace_id=f"{ctx.trace_id:032x}", span_id=f"{ctx.span_id:016x}",
-        parent_span_id=None if parent is None else f"{parent.span_id:016x}",
-        name=span.name, kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
-        start_ns=span.start_time or 0, end_ns=span.end_time or span.start_time or 0,
-        status=_STATUSES.get(status.status_code, SpanStatus.UNSET),
-        status_message=status.description or "", process=process,
-        attributes=_attributes(span.attributes),
-        events=tuple(SpanEvent(e.name, e.timestamp, _attributes(e.attributes))
-                     for e in span.events),
-        links=tuple(SpanLink(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}")
-                    for link in span.links))
+        f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
+        None if parent is None else f"{parent.span_id:016x}",
+        span.name, _KINDS.get(span.kind, SpanKind.INTERNAL), start, span.end_time or start,
+        _STATUSES.get(status.status_code, SpanStatus.UNSET), status.description or "",
+        process, _attributes(span.attributes),
+        tuple(SpanEvent(e.name, e.timestamp, _attributes(e.attributes)) for e in events)
+        if events else (),
+        tuple(SpanLink(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}")
+              for link in links) if links else ())
 
 
 def _attributes(attributes: object) -> dict[str, AttrValue]:
-    """The scalar attributes (a sequence value, which reach does not set, as its text)."""
+    """The attributes (reach sets scalars only; another library's sequence value is kept as
+    its text)."""
     if not attributes:
         return {}
-    out: dict[str, AttrValue] = {}
-    for key, value in dict(attributes).items():  # type: ignore[call-overload]
-        out[str(key)] = value if isinstance(value, str | bool | int | float) else str(value)
+    out: dict[str, AttrValue] = dict(attributes)  # type: ignore[call-overload]
+    for key, value in out.items():
+        if not isinstance(value, str | bool | int | float):
+            out[key] = str(value)
     return out
 
 
@@ -167,7 +173,11 @@ def provider(tracing: Tracing, process: str, send: SendSpans | None) -> TracerPr
     if tracing.store and send is not None:
         exporter = StoreExporter(send, process)
         made.add_span_processor(LoopFinder(exporter))
-        made.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
+        # Batches of up to 1,024 spans twice a second; a queue that holds some seconds of a busy
+        # process's spans (past it, spans are dropped, not waited for).
+        made.add_span_processor(BatchSpanProcessor(
+            exporter, max_queue_size=STORE_QUEUE, schedule_delay_millis=500,
+            max_export_batch_size=1024))
     url = tracing.traces_url
     if url is not None:
         made.add_span_processor(BatchSpanProcessor(_otlp(url)))

@@ -80,17 +80,26 @@ def trace_int(trace_id: str) -> int:
 
 
 def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
-          trace_id: str | None = None, links: Sequence[Link] = ()) -> Span:
+          trace_id: str | None = None, links: Sequence[Link] = (),
+          attributes: Mapping[str, AttrValue] | None = None) -> Span:
     """Starts a span under ``context`` (None: the current one); one that starts a trace takes
     ``trace_id`` as its trace's ID when it is a W3C one."""
     seed = trace_int(trace_id) if trace_id else 0
     if not seed:
-        return tracer.start_span(name, context=context, kind=kind, links=links)
+        return tracer.start_span(name, context=context, kind=kind, links=links,
+                                 attributes=attributes)
     token = SEED.set(seed)
     try:
-        return tracer.start_span(name, context=context, kind=kind, links=links)
+        return tracer.start_span(name, context=context, kind=kind, links=links,
+                                 attributes=attributes)
     finally:
         SEED.reset(token)
+
+
+def _unsampled(ctx: SpanContext) -> bool:
+    """Whether ``ctx`` is of a trace sampled out: the sampler is parent-based, so nothing under
+    it records, and its context alone travels on (no span is started for it)."""
+    return ctx.is_valid and not ctx.trace_flags.sampled
 
 
 def envelope_context(env: Envelope) -> Context:
@@ -104,9 +113,10 @@ def envelope_context(env: Envelope) -> Context:
 
 
 def traced(env: Envelope, span: Span) -> Envelope:
-    """``env`` carrying ``span`` as its parent span (unchanged for a span with no context)."""
+    """``env`` carrying ``span`` as its parent span (unchanged for a span with no context, or
+    one it carries already)."""
     ctx = span.get_span_context()
-    if not ctx.is_valid:
+    if not ctx.is_valid or (env.span_id is not None and int(env.span_id, 16) == ctx.span_id):
         return env
     return env.model_copy(update={"trace_id": f"{ctx.trace_id:032x}",
                                   "span_id": f"{ctx.span_id:016x}",
@@ -123,32 +133,39 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         capability: For a send by capability, the capability (the agent chosen is the
             envelope's receiver).
     """
+    current = trace.get_current_span()
+    if _unsampled(current.get_span_context()):
+        return current, traced(env, current)
+    attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
+                                   Attr.MSG_TYPE: env.msg_type.value}
+    if capability is not None:
+        attrs[Attr.CAPABILITY] = attrs[Attr.RECEIVER] = capability
+    if env.session_id is not None:
+        attrs[Attr.SESSION_ID] = env.session_id
     span = start(tracer, f"{SpanName.SEND} {capability or env.receiver}", SpanKind.CLIENT,
-                 context=None, trace_id=env.trace_id)
-    if span.is_recording():
-        attrs: dict[str, AttrValue] = {
-            Attr.SENDER: env.sender, Attr.RECEIVER: capability or env.receiver,
-            Attr.AGENT_ID: env.receiver, Attr.MSG_TYPE: env.msg_type.value,
-            Attr.MSG_ID: env.msg_id, Attr.PAYLOAD_SCHEMA: env.payload_schema}
-        if capability is not None:
-            attrs[Attr.CAPABILITY] = capability
-        if env.session_id is not None:
-            attrs[Attr.SESSION_ID] = env.session_id
-        span.set_attributes(attrs)
+                 context=None, trace_id=env.trace_id, attributes=attrs)
     return span, traced(env, span)
 
 
+def sampled_out(env: Envelope) -> bool:
+    """Whether ``env`` is of a trace sampled out (its handler's span records nothing)."""
+    return env.span_id is not None and not env.trace_flags & 1
+
+
 def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrValue]) -> Span:
-    """The server span of a handler's run of ``env``: the child of the envelope's span."""
-    span = start(tracer, f"{SpanName.HANDLE} {env.payload_schema}", SpanKind.SERVER,
-                 context=envelope_context(env), trace_id=env.trace_id)
-    if span.is_recording():
-        span.set_attributes({Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
-                             Attr.MSG_TYPE: env.msg_type.value, Attr.MSG_ID: env.msg_id,
-                             Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes})
-        if env.session_id is not None:
-            span.set_attribute(Attr.SESSION_ID, env.session_id)
-    return span
+    """The server span of a handler's run of ``env``: the child of the envelope's span (for
+    an envelope of a trace sampled out, that span's context, recording nothing)."""
+    if env.span_id is not None and not env.trace_flags & 1:  # sampled out
+        return NonRecordingSpan(SpanContext(int(env.trace_id, 16), int(env.span_id, 16),
+                                            is_remote=True,
+                                            trace_flags=TraceFlags(env.trace_flags)))
+    attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
+                                   Attr.MSG_TYPE: env.msg_type.value,
+                                   Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes}
+    if env.session_id is not None:
+        attrs[Attr.SESSION_ID] = env.session_id
+    return start(tracer, f"{SpanName.HANDLE} {env.payload_schema}", SpanKind.SERVER,
+                 context=envelope_context(env), trace_id=env.trace_id, attributes=attrs)
 
 
 def failed(span: Span, error: ReachError) -> None:
@@ -188,4 +205,4 @@ def internal(name: str, attributes: Mapping[str, AttrValue], *,
 
 
 __all__ = ["SEED", "TRACER_NAME", "TRACING", "envelope_context", "event", "failed", "internal",
-           "start", "start_handle", "start_send", "trace_int", "traced", "use"]
+           "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced", "use"]
