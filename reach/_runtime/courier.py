@@ -129,7 +129,7 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:
-            span, env = start_send(tracer, env, capability)
+            span, env = start_send(tracer, env, capability, self.parent)
         try:
             reply = await self._call_once(env, span)
             outcome = "ok"
@@ -211,7 +211,7 @@ class Courier:
         if tracer is None:
             await self._post(env)
             return
-        span, env = start_send(tracer, env)
+        span, env = start_send(tracer, env, parent=self.parent)
         try:
             await self._post(env)
         except ReachError as exc:
@@ -250,7 +250,7 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:  # not made current: the stream's consumer runs between chunks
-            span, env = start_send(tracer, env)
+            span, env = start_send(tracer, env, parent=self.parent)
         try:
             async with contextlib.aclosing(self._chunks(env)) as chunks:
                 async for chunk in chunks:

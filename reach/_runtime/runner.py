@@ -152,7 +152,8 @@ class AgentRunner:
         except ReachError as exc:
             self._refuse(env, sink.send, exc)
             return None
-        run = (self._run(spec, env, message, sink) if TRACING.tracer is None
+        # A handler of a trace sampled out runs in no span (its sends carry the trace on).
+        run = (self._run(spec, env, message, sink) if TRACING.tracer is None or sampled_out(env)
                else self._run_traced(spec, env, message, sink, clock.monotonic()))
         task = asyncio.get_running_loop().create_task(run)
         self._tasks[task] = env
@@ -231,8 +232,7 @@ class AgentRunner:
         if tracer is None:  # tracing stopped since the envelope came
             await self._run(spec, env, message, sink)
             return
-        span = start_handle(tracer, env, {} if sampled_out(env)
-                            else self._span_attributes(env, received))
+        span = start_handle(tracer, env, self._span_attributes(env, received))
         with trace.use_span(span, end_on_exit=True, record_exception=False,
                             set_status_on_exception=False):
             await self._run(spec, env, message, sink, span)

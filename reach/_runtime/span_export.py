@@ -136,19 +136,21 @@ class StoreExporter(SpanExporter):
 
 
 class LoopFinder(SpanProcessor):
-    """Finds the process's event loop for a :class:`StoreExporter`: the running loop where the
-    first span starts (spans start on it; a process's constructor may run before it)."""
+    """Finds the process's event loop for a :class:`StoreExporter`: the loop running where
+    spans start (a process's constructor may run before it; a driver may run one loop after
+    another)."""
 
     def __init__(self, exporter: StoreExporter) -> None:
         self._exporter = exporter
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Notes the running loop, once."""
-        if self._exporter.loop is None:
-            try:
-                self._exporter.loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return
+        """Notes the running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if loop is not self._exporter.loop:
+            self._exporter.loop = loop
 
     def on_end(self, span: ReadableSpan) -> None:
         """Nothing at a span's end."""

@@ -92,7 +92,7 @@ def install(tracing: Tracing, process: str, cluster: Cluster | None) -> SdkProvi
 
     made: SdkProvider = span_export.provider(tracing, process,
                                              send if cluster is not None else None)
-    use(made)
+    use(made, tracing.ratio)
     return made
 
 

@@ -21,6 +21,7 @@ span in its envelope, never of whatever context the process happens to have.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -54,24 +55,42 @@ TRACER_NAME = "reach"
 SEED: ContextVar[int | None] = ContextVar("reach_trace_seed", default=None)
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
+_ID_SPACE = 1 << 64
 
 
 class _Tracing:
-    """Whether this process traces: ``tracer`` is None while it does not."""
+    """Whether this process traces: ``tracer`` is None while it does not. ``bound`` is set
+    when the tracer's sampler is reach's own (parent-based, by trace ID ratio): a new trace is
+    kept when its trace ID's low 64 bits are below it, so that a trace sampled out is known
+    without starting a span for it."""
 
-    __slots__ = ("tracer",)
+    __slots__ = ("bound", "tracer")
 
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
+        self.bound: int | None = None
 
 
 #: This process's tracing (see the module's docstring).
 TRACING = _Tracing()
 
 
-def use(provider: TracerProvider | None) -> None:
-    """Traces this process's work with ``provider`` from now on (None: stops tracing)."""
+def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
+    """Traces this process's work with ``provider`` from now on (None: stops tracing).
+
+    Args:
+        provider: The tracer provider.
+        ratio: The ratio of the provider's sampler, when it is reach's own (parent-based, by
+            trace ID ratio, as OpenTelemetry's ``TraceIdRatioBased``); None for any other.
+    """
     TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
+    TRACING.bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
+
+
+def keeps(trace_id: int, bound: int) -> bool:
+    """Whether a new trace of ``trace_id`` is kept under a ratio's ``bound`` (the decision of
+    OpenTelemetry's ``TraceIdRatioBased``: its ID's low 64 bits below the bound)."""
+    return trace_id & (_ID_SPACE - 1) < bound
 
 
 def trace_int(trace_id: str) -> int:
@@ -96,10 +115,11 @@ def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
         SEED.reset(token)
 
 
-def _unsampled(ctx: SpanContext) -> bool:
-    """Whether ``ctx`` is of a trace sampled out: the sampler is parent-based, so nothing under
-    it records, and its context alone travels on (no span is started for it)."""
-    return ctx.is_valid and not ctx.trace_flags.sampled
+def _remote(env: Envelope) -> SpanContext:
+    """The span context an envelope with a span ID carries."""
+    assert env.span_id is not None
+    return SpanContext(int(env.trace_id, 16), int(env.span_id, 16), is_remote=True,
+                       trace_flags=TraceFlags(env.trace_flags))
 
 
 def envelope_context(env: Envelope) -> Context:
@@ -107,9 +127,7 @@ def envelope_context(env: Envelope) -> Context:
     parent, or no parent at all (an envelope from a peer that sends no span ID)."""
     if env.span_id is None:
         return Context()
-    parent = SpanContext(int(env.trace_id, 16), int(env.span_id, 16), is_remote=True,
-                         trace_flags=TraceFlags(env.trace_flags))
-    return trace.set_span_in_context(NonRecordingSpan(parent), Context())
+    return trace.set_span_in_context(NonRecordingSpan(_remote(env)), Context())
 
 
 def traced(env: Envelope, span: Span) -> Envelope:
@@ -118,24 +136,39 @@ def traced(env: Envelope, span: Span) -> Envelope:
     ctx = span.get_span_context()
     if not ctx.is_valid or (env.span_id is not None and int(env.span_id, 16) == ctx.span_id):
         return env
-    return env.model_copy(update={"trace_id": f"{ctx.trace_id:032x}",
-                                  "span_id": f"{ctx.span_id:016x}",
-                                  "trace_flags": int(ctx.trace_flags)})
+    return env.with_trace_context(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
+                                  int(ctx.trace_flags))
 
 
 def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
-               ) -> tuple[Span, Envelope]:
+               parent: Envelope | None = None) -> tuple[Span, Envelope]:
     """The client span of a send (a child of the current span), and the envelope carrying it.
+
+    Under a trace sampled out no span is started: the envelope carries that trace's context
+    (the current span's, or that of ``parent`` whose handler runs in no span), or for a new
+    trace that reach's sampler drops, a context of its own marked not sampled.
 
     Args:
         tracer: This process's tracer.
         env: The envelope sent.
         capability: For a send by capability, the capability (the agent chosen is the
             envelope's receiver).
+        parent: The envelope whose handler sends it, if any.
     """
     current = trace.get_current_span()
-    if _unsampled(current.get_span_context()):
-        return current, traced(env, current)
+    ctx = current.get_span_context()
+    if ctx.is_valid:
+        if not ctx.trace_flags.sampled:
+            return current, traced(env, current)
+    elif parent is not None and sampled_out(parent):  # its handler runs in no span
+        dropped: Span = NonRecordingSpan(_remote(parent))
+        return dropped, traced(env, dropped)
+    elif TRACING.bound is not None:  # a new trace: dropped by reach's sampler?
+        seed = trace_int(env.trace_id)
+        if seed and not keeps(seed, TRACING.bound):
+            dropped = NonRecordingSpan(SpanContext(seed, random.getrandbits(64) or 1,
+                                                   is_remote=False))
+            return dropped, traced(env, dropped)
     attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
                                    Attr.MSG_TYPE: env.msg_type.value}
     if capability is not None:
@@ -156,9 +189,7 @@ def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrVal
     """The server span of a handler's run of ``env``: the child of the envelope's span (for
     an envelope of a trace sampled out, that span's context, recording nothing)."""
     if env.span_id is not None and not env.trace_flags & 1:  # sampled out
-        return NonRecordingSpan(SpanContext(int(env.trace_id, 16), int(env.span_id, 16),
-                                            is_remote=True,
-                                            trace_flags=TraceFlags(env.trace_flags)))
+        return NonRecordingSpan(_remote(env))
     attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
                                    Attr.MSG_TYPE: env.msg_type.value,
                                    Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes}
@@ -205,4 +236,5 @@ def internal(name: str, attributes: Mapping[str, AttrValue], *,
 
 
 __all__ = ["SEED", "TRACER_NAME", "TRACING", "envelope_context", "event", "failed", "internal",
-           "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced", "use"]
+           "keeps", "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced",
+           "use"]

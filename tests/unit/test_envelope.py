@@ -351,6 +351,16 @@ def test_an_envelope_from_a_peer_that_sends_no_span_id_has_no_parent_span() -> N
     assert env.trace_id == "any-trace-of-an-old-peer"
 
 
+def test_an_envelope_with_another_trace_context_is_the_envelope_validation_gives() -> None:
+    env = Envelope.request("a", "b", {"x": 1}, SCHEMA)
+    made = env.with_trace_context(TRACE, SPAN, 1)
+    assert made == Envelope.parse({**env.model_dump(), "trace_id": TRACE, "span_id": SPAN,
+                                   "trace_flags": 1})
+    assert made.model_dump() == env.model_copy(update={"trace_id": TRACE, "span_id": SPAN,
+                                                       "trace_flags": 1}).model_dump()
+    assert (env.span_id, env.trace_flags) == (None, 0)  # the original is untouched
+
+
 def test_a_reply_does_not_claim_the_request_s_span_as_its_parent() -> None:
     request = Envelope.request("a", "b", {"x": 1}, SCHEMA, trace_id=TRACE, span_id=SPAN,
                                trace_flags=1)

@@ -5,19 +5,21 @@ cluster's trace store."""
 from __future__ import annotations
 
 import asyncio
+import random
 import sys
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 import reach
 import reach._runtime
 from reach._runtime.span_export import SeededIds, StoreExporter, to_record
 from reach._runtime.trace_setup import check_installed, install, setup
-from reach._runtime.tracer import TRACING, start, use
+from reach._runtime.tracer import TRACING, keeps, start, start_send, use
 from reach.errors import ConfigError
 from reach.spans import SpanKind as RecordKind
 from reach.spans import SpanStatus
@@ -117,6 +119,36 @@ def test_a_span_that_starts_a_trace_takes_reach_s_trace_id() -> None:
     a, b = exporter.get_finished_spans()
     assert f"{a.get_span_context().trace_id:032x}" == TRACE
     assert f"{b.get_span_context().trace_id:032x}" != TRACE
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.01, 0.5, 1.0])
+def test_reach_s_decision_on_a_new_trace_is_the_sdk_sampler_s(ratio: float) -> None:
+    sampler = TraceIdRatioBased(ratio)
+    bound = round(ratio * (1 << 64))
+    rng = random.Random(7)
+    for _ in range(2000):
+        trace_id = rng.getrandbits(128) or 1
+        sdk = sampler.should_sample(None, trace_id, "x").decision.is_sampled()
+        assert keeps(trace_id, bound) is sdk
+
+
+def test_a_trace_sampled_out_at_its_root_starts_no_span_and_carries_its_decision() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.0)),
+                              id_generator=SeededIds())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    use(provider, 0.0)
+    try:
+        assert TRACING.tracer is not None
+        env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
+                                     trace_id=TRACE)
+        span, sent = start_send(TRACING.tracer, env)
+        span.end()
+    finally:
+        use(None)
+    assert exporter.get_finished_spans() == ()
+    assert (sent.trace_id, sent.trace_flags) == (TRACE, 0)
+    assert sent.span_id is not None
 
 
 # -- the trace store's exporter ---------------------------------------------------------------
