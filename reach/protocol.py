@@ -23,7 +23,6 @@ rule                      meaning
 from __future__ import annotations
 
 import os
-import re
 import reprlib
 import time
 from collections.abc import Mapping
@@ -42,9 +41,8 @@ ERROR_SCHEMA = "reach.error@1.0"
 #: all zeros.
 TRACE_ID_PATTERN = "^[0-9a-f]{32}$"
 SPAN_ID_PATTERN = "^[0-9a-f]{16}$"
-_TRACE_ID = re.compile(TRACE_ID_PATTERN)
+_HEX = "0123456789abcdef"
 _TRACE_CONTEXT = frozenset({"trace_id", "span_id", "trace_flags"})
-_SPAN_ID = re.compile(SPAN_ID_PATTERN)
 
 
 class MsgType(StrEnum):
@@ -285,13 +283,19 @@ class Envelope(BaseModel):
         return None if self.deadline is None else (self.deadline - now) * 1000
 
 
+def _is_w3c(value: str, digits: int) -> bool:
+    """``digits`` lowercase hex digits, not all zeros (what the patterns say, faster: every
+    traced envelope is checked)."""
+    return len(value) == digits and not value.strip(_HEX) and value.strip("0") != ""
+
+
 def _check_trace_context(trace_id: str, span_id: str) -> None:
-    if not _SPAN_ID.fullmatch(span_id) or span_id == "0" * 16:
+    if not _is_w3c(span_id, 16):
         raise _rule("trace_context",
                     f"span_id must be 16 lowercase hex digits, not all zeros (a W3C parent "
                     f"ID), got {reprlib.repr(span_id)}",
                     "send the sending span's ID, or no span_id at all")
-    if not _TRACE_ID.fullmatch(trace_id) or trace_id == "0" * 32:
+    if not _is_w3c(trace_id, 32):
         raise _rule("trace_context",
                     f"an envelope with a span_id needs a W3C trace_id: 32 lowercase hex "
                     f"digits, not all zeros, got {reprlib.repr(trace_id)}",

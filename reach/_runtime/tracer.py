@@ -22,7 +22,6 @@ span in its envelope, never of whatever context the process happens to have.
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,6 +29,7 @@ from contextvars import ContextVar
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
+    INVALID_SPAN,
     Link,
     NonRecordingSpan,
     Span,
@@ -54,7 +54,7 @@ TRACER_NAME = "reach"
 #: of reach's SDK setup reads it (a span with a parent keeps its parent's).
 SEED: ContextVar[int | None] = ContextVar("reach_trace_seed", default=None)
 
-_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX = "0123456789abcdef"
 _ID_SPACE = 1 << 64
 
 
@@ -95,7 +95,7 @@ def keeps(trace_id: int, bound: int) -> bool:
 
 def trace_int(trace_id: str) -> int:
     """A W3C trace ID's value (0 for one that is not 32 lowercase hex digits)."""
-    return int(trace_id, 16) if _HEX32.fullmatch(trace_id) else 0
+    return int(trace_id, 16) if len(trace_id) == 32 and not trace_id.strip(_HEX) else 0
 
 
 def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
@@ -165,10 +165,9 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         return dropped, traced(env, dropped)
     elif TRACING.bound is not None:  # a new trace: dropped by reach's sampler?
         seed = trace_int(env.trace_id)
-        if seed and not keeps(seed, TRACING.bound):
-            dropped = NonRecordingSpan(SpanContext(seed, random.getrandbits(64) or 1,
-                                                   is_remote=False))
-            return dropped, traced(env, dropped)
+        if seed and not keeps(seed, TRACING.bound):  # its context alone, with a span ID
+            return INVALID_SPAN, env.with_trace_context(
+                env.trace_id, f"{random.getrandbits(64) or 1:016x}", 0)
     attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
                                    Attr.MSG_TYPE: env.msg_type.value}
     if capability is not None:
