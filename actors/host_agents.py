@@ -25,6 +25,7 @@ from reach._runtime.metrics import metrics
 from reach._runtime.names import check_agent_ids
 from reach._runtime.poison import Quarantine
 from reach._runtime.runner import AgentRunner
+from reach._runtime.trace_setup import setup
 from reach._runtime.trail import AuditTrail
 from reach._runtime.transport import Transport
 from reach.agent import Agent
@@ -49,6 +50,7 @@ class HostedAgents:
     """
 
     def __init__(self, name: str, cluster: Cluster, limits: CallLimits) -> None:
+        setup(cluster, name)
         self.name = name
         self.cluster = cluster
         self.limits = limits
@@ -140,12 +142,13 @@ class HostedAgents:
             await agent.on_start()
             fresh[agent_id] = AgentRunner(agent, self.link, Context, audit=self._audit,
                                            refused=self._audit_refusal)
+            fresh[agent_id].node = self.node
         entries = [self._entry(r.agent) for r in fresh.values()]
         await self._acl_ready()  # before the first agent can be called
         epochs = await self._registry_call("register_many", [entries, True])
         records = []
         for entry, epoch in zip(entries, epochs, strict=True):
-            self.epochs[entry["agent_id"]] = epoch
+            self.epochs[entry["agent_id"]] = fresh[entry["agent_id"]].epoch = epoch
             records.append(AgentRecord(entry["agent_id"], tuple(entry["capabilities"]),
                                        entry["description"], self.name, self.node, epoch=epoch,
                                        priorities=tuple(entry.get("priorities", ()))))

@@ -32,6 +32,7 @@ from policies.spares import SpareSizing
 from reach import clock
 from reach._runtime.metrics import metrics
 from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, REMOTE_PREFIX, SUPERVISOR_PREFIX
+from reach._runtime.trace_setup import setup
 from reach._runtime.trail import AuditTrail
 from reach.errors import AgentAlreadyExists, AuthError
 from reach.ports.cluster import Cluster
@@ -55,6 +56,7 @@ class Registry:
 
     def __init__(self, cluster: Cluster, interval_s: float = 10.0, misses: int = 3,
                  poison_after: int = POISON_AFTER) -> None:
+        setup(cluster, REGISTRY_NAME)
         self.interval_s = interval_s
         self.misses = misses
         self.records = AgentTable()

@@ -41,6 +41,7 @@ from policies.sessions import COMPACT_AFTER, KEEP_LAST, Limits, Terms, fold_coun
 from policies.sessions import negotiate as negotiate_terms
 from reach import clock
 from reach._runtime.names import STORE_NAME
+from reach._runtime.trace_setup import setup
 from reach.errors import ReachError, SessionNotFound
 from reach.ports.cluster import Cluster
 from reach.records import SessionContext, SessionMessage, SessionResume
@@ -69,6 +70,7 @@ class SessionStore:
                  group_commit: bool = True, compact_after: int = COMPACT_AFTER,
                  keep_last: int = KEEP_LAST, summariser: str | None = None,
                  storage: SessionStorage | None = None, name: str = STORE_NAME) -> None:
+        setup(cluster, name)
         self.storage = storage or SqliteStorage(Path(path), synchronous)
         self.writer = GroupCommit(self.storage, group_commit=group_commit,
                                   on_failure=self._forget)

@@ -22,6 +22,8 @@ import logging
 import random
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from actors.agent_children import AgentChildren, within
 from policies.supervision import ChildExit, ChildHealth, RestartPlan, Strategy, plan_restart
 from reach import clock
@@ -31,6 +33,8 @@ from reach._runtime.metrics import metrics
 from reach._runtime.names import supervisor_name
 from reach._runtime.spawner import Spawner
 from reach._runtime.tasks import TaskRunner, cancel_trace_everywhere
+from reach._runtime.trace_setup import setup
+from reach._runtime.tracer import failed, internal
 from reach._runtime.trail import AuditTrail
 from reach._runtime.transport import Transport
 from reach.errors import ReachError, RestartLimitExceeded
@@ -47,6 +51,7 @@ from reach.records import (
     SupervisorStatus,
     TaskResult,
 )
+from reach.spans import Attr, SpanName
 from reach.specs import ChildSpec, RemoteChild, SupervisorSpec, TaskSpec
 
 log = logging.getLogger("reach.supervisor")
@@ -70,6 +75,7 @@ class Supervisor:
                  limits: CallLimits) -> None:
         self.spec = spec
         self.name = supervisor_name(spec.name)
+        setup(cluster, self.name)
         self.cluster = cluster
         self.registry = cluster.registry()
         self.parent = parent
@@ -368,10 +374,23 @@ class Supervisor:
             await asyncio.gather(*self._restarting, return_exceptions=True)
 
     async def _restart_child(self, child_id: str, plan: RestartPlan, detected: float) -> None:
+        """Restarts a child (in a span of its own where this process traces: the decision, the
+        child's exit reason, its delay, and the error when the restart failed)."""
+        with internal(f"{SpanName.RESTART} {child_id}", {
+                Attr.SUPERVISOR: self.spec.name, Attr.CHILD: child_id,
+                Attr.DECISION: "restart", Attr.REASON: plan.reasons.get(child_id, ""),
+                Attr.ATTEMPT: self.health[child_id].streak if child_id in self.health else 0,
+                "reach.delay_s": plan.delays.get(child_id, plan.delay_s)}) as span:
+            await self._restart_traced(child_id, plan, detected, span)
+
+    async def _restart_traced(self, child_id: str, plan: RestartPlan, detected: float,
+                              span: Span | None) -> None:
         self.stopping.discard(child_id)
         try:
             await self._start_child(child_id)
         except Exception as exc:
+            if span is not None:
+                failed(span, exc if isinstance(exc, ReachError) else ReachError(str(exc)))
             log.warning("restart of %s failed: %s", child_id, exc)
             self._exits.append(ChildExit(child_id, False, f"restart failed: {exc}",
                                          clock.monotonic()))
@@ -391,6 +410,13 @@ class Supervisor:
                                            plan.reasons.get(child_id, "")))
 
     async def _give_up(self, batch: list[ChildExit]) -> None:
+        reasons = "; ".join(f"{e.child_id}: {e.reason}" for e in batch)
+        with internal(f"{SpanName.RESTART} {self.spec.name}", {
+                Attr.SUPERVISOR: self.spec.name, Attr.DECISION: "escalate",
+                Attr.REASON: reasons}) as span:
+            await self._gave_up_now(batch, span)
+
+    async def _gave_up_now(self, batch: list[ChildExit], span: Span | None) -> None:
         self.state = SupervisorState.FAILED
         await self._settle_restarts()
         reasons = "; ".join(f"{e.child_id}: {e.reason}" for e in batch)
@@ -401,6 +427,8 @@ class Supervisor:
             details={"supervisor": self.spec.name, "restarts": len(self.history)},
         )
         log.error("%s", error)
+        if span is not None:
+            failed(span, error)
         self._audit({"caller": self.name, "callee": self.parent or "driver", "capability": "",
                      "msg_type": "supervision", "outcome": "gave_up", "trace_id": ""})
         await self._stop_children(list(reversed(self.started)))

@@ -67,6 +67,7 @@ from reach.security.guard import SecurityConfig
 from reach.sessions import Session
 from reach.specs import ChildSpec, RemoteChild, SupervisorSpec
 from reach.supervision import SupervisorRef, TaskHandle
+from reach.tracing import Tracing
 
 __all__ = [
     "Acl",
@@ -144,6 +145,7 @@ __all__ = [
     "TaskState",
     "Terms",
     "Text",
+    "Tracing",
     "UnknownSchema",
     "__version__",
     "handler",

@@ -101,10 +101,16 @@ class Client:
             InvalidPayload: the reply does not validate as ``returns``.
             ReachError: the handler's error, typed, with its severity.
         """
+        return await self._send_request(agent_id, payload, schema, returns, timeout_ms, msg_id)
+
+    async def _send_request(self, agent_id: str, payload: Payload, schema: str | None,  # noqa: PLR0917 - request's own arguments, in order
+                       returns: type[BaseModel] | None, timeout_ms: int | None,
+                       msg_id: str | None = None, capability: str | None = None) -> Reply[Any]:
+        """:meth:`request`, to ``agent_id`` chosen for ``capability`` when given."""
         courier = self.courier
         env = courier.build_request(agent_id, payload, schema, timeout_ms=timeout_ms,
                                     msg_id=msg_id)
-        return read_reply(await courier.call(env), returns)
+        return read_reply(await courier.call(env, capability), returns)
 
     # -- by capability -------------------------------------------------------------------------
 
@@ -138,8 +144,8 @@ class Client:
         """
         holders = await self.courier.link.directory.holders(capability, text)
         (picked,) = _pick(self.courier.link, capability, holders, 1)
-        return await self.request(picked.agent_id, payload, schema, returns=returns,
-                                  timeout_ms=timeout_ms)
+        return await self._send_request(picked.agent_id, payload, schema, returns, timeout_ms,
+                                   capability=capability)
 
     async def fanout(self, capability: str, payload: Payload, schema: str | None = None, *,
                      fanout_limit: int, returns: type[BaseModel] | None = None,
@@ -158,7 +164,7 @@ class Client:
         link = self.courier.link
         holders = await link.directory.holders(capability, text, max(PICK_FROM, fanout_limit))
         picked = _pick(link, capability, holders, fanout_limit)
-        return await self._gather(picked, payload, schema, returns, timeout_ms)
+        return await self._gather(picked, payload, schema, returns, timeout_ms, capability)
 
     async def broadcast(self, capability: str, payload: Payload, schema: str | None = None, *,
                         returns: type[BaseModel] | None = None, timeout_ms: int | None = None,
@@ -169,13 +175,13 @@ class Client:
             NoCapableAgent: nobody online holds the capability.
         """
         holders = await self.courier.link.directory.holders(capability, limit=None)
-        return await self._gather(holders, payload, schema, returns, timeout_ms)
+        return await self._gather(holders, payload, schema, returns, timeout_ms, capability)
 
-    async def _gather(self, agents: list[AgentRecord], payload: Payload, schema: str | None,
+    async def _gather(self, agents: list[AgentRecord], payload: Payload, schema: str | None,  # noqa: PLR0917 - the sends' own arguments, in order
                       returns: type[BaseModel] | None, timeout_ms: int | None,
-                      ) -> list[Reply[Any] | ReachError]:
-        calls = [self.request(a.agent_id, payload, schema, returns=returns,
-                              timeout_ms=timeout_ms) for a in agents]
+                      capability: str) -> list[Reply[Any] | ReachError]:
+        calls = [self._send_request(a.agent_id, payload, schema, returns, timeout_ms,
+                               capability=capability) for a in agents]
         results = await asyncio.gather(*calls, return_exceptions=True)
         out: list[Reply[Any] | ReachError] = []
         for res in results:

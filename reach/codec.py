@@ -2,7 +2,10 @@
 
 A frame is a msgpack array ``[WIRE_VERSION, kind, body]``: ``kind`` is 0 for one envelope (``body``
 is its field array) and 1 for a batch (``body`` is an array of field arrays). An envelope's fields
-travel as an array in :data:`FIELDS` order, which is both smaller and faster than a map.
+travel as an array in :data:`FIELDS` order, which is both smaller and faster than a map. The last
+two, its W3C trace context (``span_id``, ``trace_flags``), travel only when it has a span ID: an
+envelope without one is the array of the first :data:`BASE_FIELDS`, as peers that know no trace
+context send and read it.
 
 With a guard (:class:`~reach.security.guard.Guard`, signing on), frames are *sealed*: ``kind`` is 2
 and the body is an array of ``[sealed, timestamp, nonce, mac]``, where ``sealed`` is the msgpack of
@@ -41,11 +44,16 @@ _PAYLOAD, _SENDER = 4, 2
 #: Default maximum frame size in bytes (a session may negotiate another).
 DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
 
-#: Envelope fields in wire order. Appending a field needs a new WIRE_VERSION.
+#: Envelope fields in wire order. Appending a field needs a new WIRE_VERSION, unless it is
+#: optional and may be left off (as the trace context is).
 FIELDS: tuple[str, ...] = (
     "msg_id", "msg_type", "sender", "receiver", "payload", "payload_schema", "request_id",
     "timeout_ms", "deadline", "trace_id", "session_id", "hops", "error_info", "timestamp",
+    "span_id", "trace_flags",
 )
+#: How many fields an envelope without trace context travels with.
+BASE_FIELDS = 14
+_SIZES = (BASE_FIELDS, len(FIELDS))
 
 
 @dataclass(frozen=True)
@@ -193,9 +201,9 @@ class Codec:
                              details={"rule": "sealed_shape"})
         sealed = item[0]
         fields = _unpack(sealed)
-        if not isinstance(fields, list) or len(fields) != len(FIELDS) + 1:
-            raise CodecError(f"a sealed envelope must hold {len(FIELDS) + 1} fields",
-                             details={"rule": "envelope_shape"})
+        if not isinstance(fields, list) or len(fields) - 1 not in _SIZES:
+            raise CodecError(f"a sealed envelope must hold {BASE_FIELDS + 1} or "
+                             f"{len(FIELDS) + 1} fields", details={"rule": "envelope_shape"})
         sender = fields[_SENDER]
         if not isinstance(sender, str) or not sender:
             raise CodecError("a sealed envelope names no sender", details={"rule": "sender"})
@@ -270,22 +278,26 @@ class Codec:
 
 def _fields(e: Envelope) -> list[Any]:
     info = e.error_info
-    return [
+    fields = [
         e.msg_id, e.msg_type.value, e.sender, e.receiver, e.payload, e.payload_schema,
         e.request_id, e.timeout_ms, e.deadline, e.trace_id, e.session_id, list(e.hops),
         None if info is None else info.model_dump(mode="json"), e.timestamp,
     ]
+    if e.span_id is not None:
+        fields += (e.span_id, e.trace_flags)
+    return fields
 
 
 def _envelope(item: Any) -> Envelope:
-    if not isinstance(item, list) or len(item) != len(FIELDS):
+    if not isinstance(item, list) or len(item) not in _SIZES:
         size = len(item) if isinstance(item, list) else type(item).__name__
         raise CodecError(
-            f"an envelope must be an array of {len(FIELDS)} fields, got {size}",
+            f"an envelope must be an array of {BASE_FIELDS} fields (or {len(FIELDS)}, with its "
+            f"trace context), got {size}",
             details={"rule": "envelope_shape"},
         )
     try:
-        return Envelope.parse(dict(zip(FIELDS, item, strict=True)))
+        return Envelope.parse(dict(zip(FIELDS, item, strict=False)))
     except RecursionError as exc:
         # msgpack nests up to 1024 levels, deeper than Python can repr or validate some fields.
         raise CodecError(
@@ -372,6 +384,6 @@ def decode_batch(data: bytes) -> list[Envelope]:
 _default = Codec()
 
 __all__ = [
-    "DEFAULT_MAX_FRAME_BYTES", "FIELDS", "WIRE_VERSION", "Codec", "Refused", "decode",
-    "decode_batch", "encode", "encode_batch",
+    "BASE_FIELDS", "DEFAULT_MAX_FRAME_BYTES", "FIELDS", "WIRE_VERSION", "Codec", "Refused",
+    "decode", "decode_batch", "encode", "encode_batch",
 ]

@@ -28,6 +28,7 @@ from reach._runtime.names import (
     supervisor_name,
 )
 from reach._runtime.spawner import Spawner
+from reach._runtime.trace_setup import setup
 from reach._runtime.transport import Transport
 from reach.agent import Agent, Dedicated, Placement
 from reach.client import Client, Link
@@ -77,6 +78,7 @@ class Driver:
         self.limits = limits or CallLimits()
         self.driver_id = secrets.token_hex(6)
         inbox_name = f"{INBOX_PREFIX}{self.driver_id}"
+        setup(cluster, inbox_name)
         self._inbox: InboxPort = cluster.start_inbox(inbox_name)
         self.directory = Directory(cluster.registry())
         self.transport = Transport(inbox_name, cluster,

@@ -22,6 +22,7 @@ from actors.trace_index import DEFAULT_MAX_BYTES
 from policies.acl import Acl
 from policies.poison import POISON_AFTER, check_poison_after
 from reach._runtime.names import DEFAULT_SESSIONS, REGISTRY_NAME, SESSION_RESOURCE
+from reach._runtime.trace_setup import check_installed
 from reach.agent import Dedicated
 from reach.driver import Driver
 from reach.errors import AuthError, ConfigError
@@ -29,6 +30,7 @@ from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
 from reach.records import AgentRecord
 from reach.security.guard import SecurityConfig, resolve_keyring, signed_call
+from reach.tracing import Tracing, tracing_from
 from reach.web.options import GATEWAY_APP, GatewayOptions
 
 if TYPE_CHECKING:
@@ -85,6 +87,11 @@ class RuntimeConfig:
             than one spare is replaced: the pool grows by one for each restart of the last 10 s,
             up to this bound (never below ``spares``), and shrinks back to ``spares`` after a
             minute without one.
+        tracing: How every process this driver starts traces (:class:`~reach.tracing.Tracing`;
+            ``True``: with the defaults; ``False``: not at all); by default, as the
+            ``OTEL_*`` environment variables say (tracing when they name an OTLP endpoint).
+            Needs ``reach[otel]``. A driver joining a running deployment traces with its own;
+            the processes already running keep theirs.
     """
 
     heartbeat_interval_s: float = 10.0
@@ -103,6 +110,7 @@ class RuntimeConfig:
     audit_calls: bool = True
     spares: int = 1
     max_spares: int = 4
+    tracing: Tracing | bool | None = None
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_s <= 0 or self.heartbeat_misses < 1:
@@ -120,6 +128,7 @@ class RuntimeConfig:
             raise ConfigError(f"max_spares must be 0 or more, got {self.max_spares}",
                               details={"setting": "max_spares"})
         check_poison_after(self.poison_after)
+        tracing_from(self.tracing, {})  # its type (the environment is read by init)
         if self.trace_store_bytes <= 0:
             raise ConfigError(f"trace_store_bytes must be positive, got {self.trace_store_bytes}",
                               details={"setting": "trace_store_bytes"})
@@ -260,6 +269,9 @@ def init(address: str | None = None, config: RuntimeConfig | None = None,
     ray_kwargs = {k: v for k, v in settings.items() if k not in _FIELDS}
     cfg = replace(config, **ours) if config is not None else RuntimeConfig(**ours)
     security = cfg.security()
+    tracing = tracing_from(cfg.tracing)
+    if tracing is not None:  # before anything starts: the SDK must be there
+        check_installed(tracing)
     starts = False
     if _ray.is_initialized():
         if ray_kwargs:
@@ -268,7 +280,7 @@ def init(address: str | None = None, config: RuntimeConfig | None = None,
         where = _ray.check_address(address)
         starts = where == "local"
         _ray.start(where, dict(ray_kwargs.pop("runtime_env", None) or {}), **ray_kwargs)
-    cluster = _ray.RayCluster(security)
+    cluster = _ray.RayCluster(security, tracing=tracing)
     joined = REGISTRY_NAME in cluster.named()
     if joined:
         _warn_ignored([n for n in cfg.given() if n in RuntimeConfig.DEPLOYMENT],

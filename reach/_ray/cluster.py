@@ -64,6 +64,7 @@ from reach.ports.supervisors import SupervisorPort
 from reach.ports.traces import TraceStorePort
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.specs import SupervisorSpec
+from reach.tracing import Tracing
 
 P = TypeVar("P", bound=RayPort)
 T = TypeVar("T")
@@ -125,8 +126,9 @@ class RayCluster(Cluster):
     """
 
     def __init__(self, security: SecurityConfig, namespace: str = NAMESPACE,
-                 handles: dict[str, Any] | None = None) -> None:
+                 handles: dict[str, Any] | None = None, tracing: Tracing | None = None) -> None:
         self.security = security
+        self.tracing = tracing
         self.namespace = namespace
         # Invariant: every port cached for a name wraps that name's handle here.
         self._handles: dict[str, Any] = dict(handles or {})
@@ -135,7 +137,7 @@ class RayCluster(Cluster):
     def __reduce__(self) -> tuple[Any, ...]:
         known = {name: self._handles[name] for name in (REGISTRY_NAME, STORE_NAME, TRACES_NAME)
                  if name in self._handles}
-        return (RayCluster, (self.security, self.namespace, known))
+        return (RayCluster, (self.security, self.namespace, known, self.tracing))
 
     def guard(self) -> Guard | None:
         """See :meth:`reach.ports.cluster.Cluster.guard`."""

@@ -13,14 +13,19 @@ resent after a restart; a task's attempt; a remote agent's own request). A couri
 - a streamed request's chunks until the stream's end (:meth:`Courier.stream`).
 
 It builds, for its sender within the call being handled (if any), envelopes that keep the trace,
-extend the hop chain and never outlive that call's deadline.
+extend the hop chain and never outlive that call's deadline. Where the process traces, each
+send is a client span (:mod:`reach._runtime.tracer`), the child of the span current where it is
+sent (the handler's, in a handler), and the envelope leaves carrying it as its parent span.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any
+
+from opentelemetry.trace import Span
 
 from policies.backoff import poll_delay
 from policies.routing import check_hops, child_timeout_ms
@@ -28,10 +33,12 @@ from reach import clock
 from reach._runtime.directory import NOTIFY_HOLD_S
 from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
+from reach._runtime.tracer import TRACING, event, failed, start_send
 from reach._runtime.transport import STREAM_END_SCHEMA, Pending, StaleRoute
-from reach.errors import AgentUnavailable, RequestTimeout
+from reach.errors import AgentUnavailable, ReachError, RequestTimeout
 from reach.protocol import Envelope, MsgType
 from reach.schemas import PayloadLike
+from reach.spans import Attr
 
 #: How many times a request that was not delivered (its agent moved) is resent.
 MAX_RESENDS = 40
@@ -105,9 +112,9 @@ class Courier:
 
     # -- carrying ------------------------------------------------------------------------------
 
-    async def call(self, env: Envelope) -> Envelope:
+    async def call(self, env: Envelope, capability: str | None = None) -> Envelope:
         """Sends a built request (resending it while its agent moves); returns its reply
-        envelope.
+        envelope. ``capability``: the capability its receiver was chosen for (its span's).
 
         Raises:
             AgentUnavailable: its agent's host is dead or unreachable, or it moved and was not
@@ -119,15 +126,25 @@ class Courier:
         """
         started = clock.monotonic()
         outcome = "error"
+        tracer = TRACING.tracer
+        span = None
+        if tracer is not None:
+            span, env = start_send(tracer, env, capability, self.parent)
         try:
-            reply = await self._call_once(env)
+            reply = await self._call_once(env, span)
             outcome = "ok"
             return reply
+        except ReachError as exc:
+            if span is not None:
+                failed(span, exc)
+            raise
         finally:
             metrics.observe("reach_request_latency_seconds", clock.monotonic() - started,
                             outcome=outcome)
+            if span is not None:
+                span.end()
 
-    async def _call_once(self, env: Envelope) -> Envelope:
+    async def _call_once(self, env: Envelope, span: Span | None) -> Envelope:
         link = self.link
         link.inflight[env.receiver] += 1
         try:
@@ -159,6 +176,8 @@ class Courier:
                             "reachable again in time",
                             details={"agent_id": env.receiver, "resends": attempt},
                         ) from None
+                    event(span, "resend", {Attr.ATTEMPT: attempt + 1,
+                                           Attr.REASON: "the agent moved"})
                     await asyncio.sleep(delay)
                     continue
                 except AgentUnavailable as exc:
@@ -188,6 +207,20 @@ class Courier:
             AgentNotFound: no agent has its receiver's ID.
             AgentUnavailable: the receiver is offline, or its host is gone.
         """
+        tracer = TRACING.tracer
+        if tracer is None:
+            await self._post(env)
+            return
+        span, env = start_send(tracer, env, parent=self.parent)
+        try:
+            await self._post(env)
+        except ReachError as exc:
+            failed(span, exc)
+            raise
+        finally:
+            span.end()
+
+    async def _post(self, env: Envelope) -> None:
         directory = self.link.directory
         try:
             endpoint = await directory.route(env.receiver, clock.now() + NOTIFY_HOLD_S)
@@ -214,6 +247,23 @@ class Courier:
             RequestTimeout: the deadline passed before the stream ended.
             ReachError: an error mid-stream, after the chunks already sent.
         """
+        tracer = TRACING.tracer
+        span = None
+        if tracer is not None:  # not made current: the stream's consumer runs between chunks
+            span, env = start_send(tracer, env, parent=self.parent)
+        try:
+            async with contextlib.aclosing(self._chunks(env)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        except ReachError as exc:
+            if span is not None:
+                failed(span, exc)
+            raise
+        finally:
+            if span is not None:
+                span.end()
+
+    async def _chunks(self, env: Envelope) -> AsyncGenerator[Envelope, None]:
         agent_id = env.receiver
         transport, directory = self.link.transport, self.link.directory
         endpoint, epoch = await directory.locate(agent_id, env.deadline)

@@ -3,7 +3,10 @@
 This is the part of a host that knows about agents and handlers: the host decodes frames and
 calls :meth:`AgentRunner.deliver`; replies leave through the process's transport. A handler's
 exception never kills its agent: a ReachError keeps its severity, anything else becomes a
-retryable HandlerError naming the exception's type and message.
+retryable HandlerError naming the exception's type and message. Where the process traces, each
+run is a server span (:mod:`reach._runtime.tracer`): the child of the envelope's span, current
+while the handler runs (what it sends is its child), ended in error with the error's code and
+severity when the handler fails.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Span
 from pydantic import BaseModel
 
 from policies.acl import CANCEL_RIGHT, Acl, may_cancel
@@ -28,6 +33,7 @@ from reach._runtime.session_calls import (
     finish,
     limits_payload,
 )
+from reach._runtime.tracer import TRACING, failed, sampled_out, start_handle
 from reach._runtime.transport import STREAM_END_SCHEMA
 from reach.agent import Agent, HandlerSpec
 from reach.errors import (
@@ -42,6 +48,7 @@ from reach.errors import (
 from reach.ports.sessions import RecordedReply
 from reach.protocol import Envelope, MsgType
 from reach.schemas import schema_registry
+from reach.spans import Attr, AttrValue
 
 log = logging.getLogger("reach._runtime.runner")
 
@@ -114,6 +121,9 @@ class AgentRunner:
         self.refused = refused
         self.inflight = 0
         self.handled = 0
+        #: The agent's epoch and node, as its host registered it (for its spans).
+        self.epoch = 0
+        self.node = ""
         # Invariant: every running handler task maps to the envelope it handles.
         self._tasks: dict[asyncio.Task[None], Envelope] = {}
         self._cancelled: dict[asyncio.Task[None], ReachError] = {}
@@ -142,7 +152,10 @@ class AgentRunner:
         except ReachError as exc:
             self._refuse(env, sink.send, exc)
             return None
-        task = asyncio.get_running_loop().create_task(self._run(spec, env, message, sink))
+        # A handler of a trace sampled out runs in no span (its sends carry the trace on).
+        run = (self._run(spec, env, message, sink) if TRACING.tracer is None or sampled_out(env)
+               else self._run_traced(spec, env, message, sink, clock.monotonic()))
+        task = asyncio.get_running_loop().create_task(run)
         self._tasks[task] = env
         task.add_done_callback(self._forget)
         return task
@@ -206,10 +219,33 @@ class AgentRunner:
             task.cancel()
         return len(hit)
 
-    def _refuse(self, env: Envelope, send: Callable[[Envelope], None], exc: ReachError) -> None:
+    def _refuse(self, env: Envelope, send: Callable[[Envelope], None], exc: ReachError,
+                span: Span | None = None) -> None:
+        if span is not None:
+            failed(span, exc)
         refuse(env, send, exc, self.agent.id, self.audit)
 
-    async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink) -> None:
+    async def _run_traced(self, spec: HandlerSpec, env: Envelope, message: Any,
+                          sink: ReplySink, received: float) -> None:
+        """:meth:`_run` in a server span of its own (current while the handler runs)."""
+        tracer = TRACING.tracer
+        if tracer is None:  # tracing stopped since the envelope came
+            await self._run(spec, env, message, sink)
+            return
+        span = start_handle(tracer, env, self._span_attributes(env, received))
+        with trace.use_span(span, end_on_exit=True, record_exception=False,
+                            set_status_on_exception=False):
+            await self._run(spec, env, message, sink, span)
+
+    def _span_attributes(self, env: Envelope, received: float) -> dict[str, AttrValue]:
+        agent = self.agent
+        return {Attr.CAPABILITY: _capability(tuple(agent.capabilities), env.payload_schema),
+                Attr.HOST: self.link.transport.endpoint, Attr.NODE: self.node,
+                Attr.EPOCH: self.epoch,
+                Attr.QUEUED_MS: max(clock.monotonic() - received, 0.0) * 1000}
+
+    async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink,
+                   span: Span | None = None) -> None:
         self.inflight += 1
         ctx = self.context(self.link, self.agent.id, env)
         # A stream's chunks, end and error all take the same (ordered) path.
@@ -223,18 +259,18 @@ class AgentRunner:
         except asyncio.CancelledError:
             why = self._cancelled.get(asyncio.current_task())  # type: ignore[arg-type]
             if why is not None:
-                self._refuse(env, send, why)
+                self._refuse(env, send, why, span)
             raise
         except TimeoutError:
             self._refuse(env, send, RequestTimeout(
                 f"handler {spec.method} of {self.agent.id!r} passed the deadline",
-                details={"agent_id": self.agent.id, "timeout_ms": env.timeout_ms}))
+                details={"agent_id": self.agent.id, "timeout_ms": env.timeout_ms}), span)
         except ReachError as exc:
-            self._refuse(env, send, exc)
+            self._refuse(env, send, exc, span)
         except Exception as exc:
             self._refuse(env, send, HandlerError(
                 f"{type(exc).__name__}: {exc}",
-                details={"type": type(exc).__name__, "agent_id": self.agent.id}))
+                details={"type": type(exc).__name__, "agent_id": self.agent.id}), span)
         finally:
             self.inflight -= 1
             self.handled += 1
@@ -373,6 +409,16 @@ class AgentRunner:
             await self.agent.on_stop()
         except Exception:
             log.exception("on_stop of %s raised", self.agent.id)
+
+
+def _capability(capabilities: tuple[str, ...], schema: str) -> str:
+    """The capability of an agent's that a payload schema is for: the one its name is, or
+    extends, or else the agent's first ("" for an agent with none)."""
+    name = schema.partition("@")[0]
+    for tag in capabilities:
+        if name == tag or name.startswith(tag + "."):
+            return tag
+    return capabilities[0] if capabilities else ""
 
 
 def refuse(env: Envelope, send: Callable[[Envelope], None], exc: ReachError, agent_id: str,

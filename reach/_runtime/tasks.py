@@ -5,7 +5,11 @@ capability), and on an error asks its task policy: retry (on another holder when
 says to fail over, else on the same agent), finish degraded with the partial result, abort
 (cancelling every handler still running under the task's trace), or fail. A task is assigned to
 one agent at a time, never two, and every attempt is recorded: which agent, which error, what was
-decided and why.
+decided and why. Where the owner traces, each attempt is a span (:data:`SpanName.TASK_ATTEMPT
+<reach.spans.SpanName>`) with its agent, its number and, when it failed, the error, the
+decision and why; an attempt after the first links to the first. A task's trace is that of the
+span current where it was submitted (an A2A caller's), or else a trace of its own whose ID is
+the task's.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link as SpanLink
+from opentelemetry.trace import Span, SpanKind
 
 from policies.tasks import (
     FINAL_STATE,
@@ -29,6 +38,7 @@ from reach import clock
 from reach._runtime.courier import Courier
 from reach._runtime.link import Link
 from reach._runtime.metrics import FLUSH_S, metrics
+from reach._runtime.tracer import TRACING, event, failed, start
 from reach.errors import (
     ErrorInfo,
     InvalidTransition,
@@ -40,6 +50,7 @@ from reach.errors import (
 from reach.ports.cluster import Cluster
 from reach.protocol import new_id
 from reach.records import AgentRecord, Attempt, AttemptOutcome, TaskResult
+from reach.spans import Attr, SpanName
 from reach.specs import TaskSpec
 
 #: Ended tasks an owner remembers for ``wait``; beyond that the oldest are forgotten.
@@ -64,6 +75,12 @@ class TaskRecord:
     assigned: str | None = None
     submitted: float = field(default_factory=clock.now)
     finished: float = 0.0
+    # The trace of its messages: its ID, or the trace it was submitted in.
+    trace_id: str = ""
+    # Where it was submitted (its attempts' parent), and its first attempt's span (while
+    # traced).
+    context: otel_context.Context | None = None
+    first: Span | None = None
 
     def move(self, to: TaskState) -> None:
         """Moves along the state machine (refusing an illegal move)."""
@@ -128,6 +145,12 @@ class TaskRunner:
         """Starts a task (under ``task_id``, a fresh ID by default); returns its ID (also the
         trace ID of all its messages)."""
         task = TaskRecord(task_id or new_id(), spec)
+        task.trace_id = task.task_id
+        if TRACING.tracer is not None:
+            task.context = otel_context.get_current()
+            submitted_in = trace.get_current_span(task.context).get_span_context()
+            if submitted_in.is_valid:
+                task.trace_id = f"{submitted_in.trace_id:032x}"
         self.tasks[task.task_id] = task
         if len(self.tasks) > KEEP_TASKS:  # forget the oldest ended tasks (dicts keep order)
             for old in [t for t, r in self.tasks.items() if r.state in TERMINAL][:KEEP_TASKS // 10]:
@@ -192,7 +215,7 @@ class TaskRunner:
     async def _run(self, task: TaskRecord) -> None:
         task.move(TaskState.RUNNING)
         deadline = task.submitted + task.spec.timeout_ms / 1000
-        courier = Courier(self.link, self.owner, trace_id=task.task_id)
+        courier = Courier(self.link, self.owner, trace_id=task.trace_id)
         tried: set[str] = set()
         decision: Decision | None = None
         try:
@@ -203,7 +226,7 @@ class TaskRunner:
                 if decision.action is not Action.RETRY:
                     task.move(FINAL_STATE[decision.action])
                     if decision.action is Action.ABORT:
-                        await self.cancel_trace(task.task_id, "task aborted on a fatal error")
+                        await self.cancel_trace(task.trace_id, "task aborted on a fatal error")
                     return
                 if clock.now() + decision.delay_s >= deadline:
                     self._end_on_deadline(task)
@@ -213,8 +236,10 @@ class TaskRunner:
             if task.state not in TERMINAL:
                 task.error = TaskCancelled("task cancelled").to_info()
                 task.move(TaskState.CANCELLED)
-                await self.cancel_trace(task.task_id, "task cancelled")
+                await self.cancel_trace(task.trace_id, "task cancelled")
             raise
+        finally:
+            task.context = task.first = None
 
     async def _attempt(self, task: TaskRecord, courier: Courier, deadline: float,
                        tried: set[str], last: Decision | None) -> Decision | None:
@@ -231,22 +256,53 @@ class TaskRunner:
             raise InvalidTransition(f"task {task.task_id} is already assigned to {task.assigned}")
         task.assigned = agent_id
         task.attempts.append(Attempt(agent_id, clock.now()))
+        span = self._attempt_span(task, agent_id)
         try:
             # Every attempt carries the task's ID as its request ID: an effectively-once handler
             # that already answered it returns its recorded reply instead of running again.
-            reply = await courier.call(courier.build_request(
-                agent_id, task.spec.payload, task.spec.schema, timeout_ms=left_ms,
-                msg_id=task.task_id))
+            request = courier.build_request(agent_id, task.spec.payload, task.spec.schema,
+                                            timeout_ms=left_ms, msg_id=task.task_id)
+            if span is None:
+                reply = await courier.call(request)
+            else:
+                with trace.use_span(span, record_exception=False,
+                                    set_status_on_exception=False):
+                    reply = await courier.call(request)
         except ReachError as exc:
             tried.add(agent_id)
             alternatives = await self._alternatives(task, tried)
-            return self._decide(task, exc, alternatives)
+            decision = self._decide(task, exc, alternatives)
+            if span is not None:
+                _decided(span, exc, decision)
+            return decision
         finally:
             task.assigned = None
+            if span is not None:
+                span.end()
         task.end_attempt(AttemptOutcome.OK)
         task.value, task.schema = dict(reply.payload), reply.payload_schema or ""
         task.move(TaskState.COMPLETED)
         return None
+
+    def _attempt_span(self, task: TaskRecord, agent_id: str) -> Span | None:
+        """The span of a task's attempt about to start (None when the owner does not trace):
+        the child of where the task was submitted, linked to the task's first attempt."""
+        tracer = TRACING.tracer
+        if tracer is None:
+            return None
+        first = task.first.get_span_context() if task.first is not None else None
+        span = start(tracer, f"{SpanName.TASK_ATTEMPT} {task.spec.schema or task.spec.target}",
+                     SpanKind.INTERNAL, context=task.context or otel_context.Context(),
+                     trace_id=task.trace_id, links=[SpanLink(first)] if first is not None else ())
+        if task.first is None:
+            task.first = span
+        if span.is_recording():
+            span.set_attributes({Attr.TASK_ID: task.task_id, Attr.AGENT_ID: agent_id,
+                                 Attr.ATTEMPT: len(task.attempts), Attr.SUPERVISOR: self.owner,
+                                 Attr.RECEIVER: task.spec.target})
+            if task.spec.by_capability:
+                span.set_attribute(Attr.CAPABILITY, task.spec.target)
+        return span
 
     async def _choose(self, task: TaskRecord, tried: set[str], last: Decision | None) -> str:
         """The agent of the next attempt: the target; or for a task by capability, the
@@ -294,7 +350,7 @@ class TaskRunner:
             self.audit({"caller": self.owner, "callee": attempt.agent_id,
                         "capability": task.spec.target, "msg_type": "task",
                         "outcome": f"{decision.action.value}: {exc.code} ({decision.reason})",
-                        "trace_id": task.task_id})
+                        "trace_id": task.trace_id})
         if decision.action is not Action.RETRY:
             task.error = exc.to_info()
             if decision.action is Action.DEGRADE:
@@ -307,3 +363,15 @@ class TaskRunner:
                                details={"timeout_ms": task.spec.timeout_ms})
         task.error = error.to_info()
         task.move(TaskState.FAILED)
+
+
+def _decided(span: Span, error: ReachError, decision: Decision) -> None:
+    """Marks a failed attempt's span with its error and what was decided on it (an event:
+    ``retry``, ``failover``, ``degrade``, ``abort`` or ``fail``)."""
+    failed(span, error)
+    if span.is_recording():
+        span.set_attributes({Attr.DECISION: decision.action.value, Attr.REASON: decision.reason})
+    name = "failover" if decision.action is Action.RETRY and decision.failover \
+        else decision.action.value
+    event(span, name, {Attr.DECISION: decision.action.value, Attr.REASON: decision.reason,
+                       Attr.ERROR_CODE: error.code})

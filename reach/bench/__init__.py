@@ -19,7 +19,7 @@ from reach.errors import ConfigError
 
 #: Every benchmark, in the order ``reach bench`` runs them.
 BENCHMARKS = ("codec", "trace_store", "seed_scenario", "registry_scale", "chaos", "sessions",
-              "io_bound", "restart", "gateway", "remote_agent")
+              "io_bound", "restart", "gateway", "remote_agent", "tracing")
 
 
 def run_benchmark(name: str, argv: Sequence[str], *, out: Path | None = None) -> int:

@@ -157,11 +157,12 @@ async def contestant(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def run_contestant(name: str, address: str, args: argparse.Namespace, round_: int
-                   ) -> dict[str, Any]:
-    """Runs one round of a contestant as a driver of its own on the same cluster, passing its
-    progress lines on as they come; its figures are its last line."""
-    cmd = [sys.executable, "-m", "reach.bench.seed_scenario", "--contestant", name,
+def run_contestant(name: str, address: str, args: argparse.Namespace, round_: int, *,
+                   module: str = "reach.bench.seed_scenario") -> dict[str, Any]:
+    """Runs one round of a contestant as a driver of its own on the same cluster (``module``
+    with ``--contestant``), passing its progress lines on as they come; its figures are its
+    last line."""
+    cmd = [sys.executable, "-m", module, "--contestant", name,
            "--address", address, "--messages", str(args.messages),
            "--inflight", str(args.inflight), "--round", str(round_)]
     figures = ""

@@ -28,6 +28,7 @@ from reach.specs import SupervisorSpec
 
 if TYPE_CHECKING:
     from reach.security.guard import Guard, SecurityConfig
+    from reach.tracing import Tracing
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,15 @@ class Cluster(Protocol):
     one it uses).
 
     A Cluster pickles: a host or supervisor is started with its creator's cluster and uses it
-    to reach the others; the deployment's security settings travel with it.
+    to reach the others; the deployment's security and tracing settings travel with it.
 
     Attributes:
         security: The deployment's security settings.
+        tracing: The deployment's tracing settings (None: its processes do not trace).
     """
 
     security: SecurityConfig
+    tracing: Tracing | None
 
     def guard(self) -> Guard | None:
         """This process's guard for the deployment (None when signing is off)."""

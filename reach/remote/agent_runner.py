@@ -20,8 +20,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from opentelemetry import trace
 from pydantic import BaseModel
 
+from reach._runtime.tracer import TRACING, failed, start_handle, start_send
 from reach.agent import Agent, HandlerSpec
 from reach.errors import (
     AuthError,
@@ -36,6 +38,7 @@ from reach.errors import (
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.remote.remote_context import RemoteContext
 from reach.remote.wire import (
+    CAPABILITY_PREFIX,
     DEFAULT_MAX_FRAME_BYTES,
     CloseCode,
     Declaration,
@@ -46,6 +49,7 @@ from reach.remote.wire import (
     make_hello,
     safe_envelopes_frame,
 )
+from reach.spans import Attr
 
 log = logging.getLogger("reach.remote")
 
@@ -302,6 +306,18 @@ class RemoteAgentRunner:
     # -- handling --------------------------------------------------------------------------------
 
     async def _handle(self, env: Envelope, arrived: float) -> None:
+        """Handles a request or notification (in a server span, the child of the envelope's,
+        where this process traces)."""
+        tracer = TRACING.tracer
+        if tracer is None:
+            await self._handle_now(env, arrived)
+            return
+        span = start_handle(tracer, env, {Attr.HOST: "remote", Attr.EPOCH: self.epoch})
+        with trace.use_span(span, end_on_exit=True, record_exception=False,
+                            set_status_on_exception=False):
+            await self._handle_now(env, arrived)
+
+    async def _handle_now(self, env: Envelope, arrived: float) -> None:
         # Clocks differ: the budget counts from arrival here.
         deadline = None if env.timeout_ms is None else arrived + env.timeout_ms / 1000
         try:
@@ -362,6 +378,7 @@ class RemoteAgentRunner:
         return env.reply(result, spec.returns, sender=self.agent_id)
 
     def _fail(self, env: Envelope, error: ReachError) -> None:
+        failed(trace.get_current_span(), error)  # the handler's span, where one records
         if env.msg_type is MsgType.REQUEST:
             self.send(env.fail(error, sender=self.agent_id))
         else:
@@ -377,6 +394,21 @@ class RemoteAgentRunner:
             RequestTimeout: no reply in time.
             ReachError: the reply is an error (typed, with its severity).
         """
+        tracer = TRACING.tracer
+        if tracer is None:
+            return await self._call(env)
+        routed = env.receiver.startswith(CAPABILITY_PREFIX)
+        span, env = start_send(tracer, env, env.receiver.removeprefix(CAPABILITY_PREFIX)
+                               if routed else None)
+        try:
+            return await self._call(env)
+        except ReachError as exc:
+            failed(span, exc)
+            raise
+        finally:
+            span.end()
+
+    async def _call(self, env: Envelope) -> Envelope:
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
         self._waiting[env.msg_id] = future
         self.send(env)

@@ -21,16 +21,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from reach._runtime.trace_setup import install
+from reach._runtime.tracer import TRACING
 from reach.agent import Agent
 from reach.errors import ConnectionEnded
 from reach.remote.agent_runner import Connection, RemoteAgentRunner, declaration_of
 from reach.remote.remote_context import RemoteContext
 from reach.remote.wire import CONNECT_PATH, FINAL_CODES
+from reach.tracing import Tracing, tracing_from
 
 log = logging.getLogger("reach.remote")
 
@@ -81,19 +85,29 @@ async def serve_agent(gateway: str, cls: type[Agent], agent_id: str, *, token: s
                       secret: bytes | None, args: tuple[Any, ...] = (),
                       kwargs: dict[str, Any] | None = None, reconnect: bool = True,
                       stop: asyncio.Event | None = None,
-                      on_connected: Callable[[RemoteAgentRunner], None] | None = None) -> int:
+                      on_connected: Callable[[RemoteAgentRunner], None] | None = None,
+                      tracing: Tracing | bool | None = None) -> int:
     """Runs ``cls(*args, **kwargs)`` as the remote agent ``agent_id`` through a gateway, until
     ``stop`` is set (then it says goodbye) or the gateway closes with a final code.
 
     A broken connection is dialled again with backoff (0.05 s doubling to 2 s): the gateway takes
     it as the agent's restart when it comes within its grace period.
 
+    With ``tracing`` (a :class:`~reach.tracing.Tracing`, ``True``, or by default the
+    ``OTEL_*`` environment variables naming an endpoint), each handler run is a span continuing
+    its request's trace and each request it makes a child span, exported by OTLP/HTTP (outside
+    the cluster there is no trace store to send to).
+
     Returns:
         The last close code.
 
     Raises:
         AuthError: the gateway refused the token or the hello's signature.
+        ConfigError: ``tracing`` is asked for and the SDK is not installed (``reach[otel]``).
     """
+    traced = tracing_from(tracing)
+    if traced is not None and TRACING.tracer is None:
+        install(replace(traced, store=False), agent_id, None)
     agent = cls(*args, **(kwargs or {}))
     runner = RemoteAgentRunner(agent, agent_id, secret)
     await agent.on_start()

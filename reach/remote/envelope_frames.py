@@ -14,19 +14,25 @@ from reach.remote.frames import FrameType
 
 
 def envelope_json(env: Envelope) -> dict[str, Any]:
-    """An envelope as the JSON object the wire carries (every field, absent ones null).
+    """An envelope as the JSON object the wire carries (every field, absent ones null; the
+    trace context, ``span_id`` and ``trace_flags``, only when it has a span ID, so that a peer
+    that knows no trace context reads an untraced envelope as before).
 
     Built field by field (what ``model_dump(mode="json")`` gives, several times faster); a
     payload value with no JSON form fails when the frame is encoded.
     """
     info = env.error_info
-    return {"msg_id": env.msg_id, "msg_type": env.msg_type.value, "sender": env.sender,
+    item = {"msg_id": env.msg_id, "msg_type": env.msg_type.value, "sender": env.sender,
             "receiver": env.receiver, "payload": env.payload,
             "payload_schema": env.payload_schema, "request_id": env.request_id,
             "timeout_ms": env.timeout_ms, "deadline": env.deadline, "trace_id": env.trace_id,
             "session_id": env.session_id, "hops": list(env.hops),
             "error_info": None if info is None else info.model_dump(mode="json"),
             "timestamp": env.timestamp}
+    if env.span_id is not None:
+        item["span_id"] = env.span_id
+        item["trace_flags"] = env.trace_flags
+    return item
 
 
 def read_envelope(item: Mapping[str, Any]) -> Envelope:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from opentelemetry import context as otel_context
+
 from actors.host import AgentHost
 from actors.inbox import Inbox
 from actors.registry import Registry
@@ -54,6 +56,7 @@ from reach.testing.ports import (
     FakeSupervisor,
     FakeTraceStore,
 )
+from reach.tracing import Tracing
 
 T = TypeVar("T")
 F = TypeVar("F", bound=FakePort)
@@ -85,6 +88,8 @@ class _Proc:
     def context(self) -> contextvars.Context:
         ctx = contextvars.copy_context()
         ctx.run(_current.set, self)
+        # A process boundary carries no tracing context: only what an envelope carries.
+        ctx.run(otel_context.attach, otel_context.Context())
         return ctx
 
 
@@ -119,6 +124,8 @@ class FakeCluster(Cluster):
                  restart_delay_s: float = 1.5, poison_after: int = POISON_AFTER,
                  host_start_s: float = 0.0, trace_store_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.security = security or SecurityConfig(sign=False)
+        # A test traces with a provider of its own (see reach._runtime.tracer.use).
+        self.tracing: Tracing | None = None
         self.restart_delay_s = restart_delay_s
         self.host_start_s = host_start_s
         self._nodes = dict.fromkeys(nodes, True)

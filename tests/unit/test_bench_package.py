@@ -40,6 +40,7 @@ FLAGS = {
     "gateway": ["--requests", "--clients", "--replicas", "--address", "--no-outbound", "--quick"],
     "remote_agent": ["--requests", "--clients", "--agents", "--address", "--agent-nice",
                      "--quick"],
+    "tracing": ["--messages", "--inflight", "--address", "--quick", "--rounds", "--contestant"],
 }
 
 

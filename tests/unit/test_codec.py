@@ -53,6 +53,10 @@ def envelopes(draw: st.DrawFn) -> Envelope:
     if kind is MsgType.REQUEST:
         data["timeout_ms"] = draw(st.integers(1, 2**40))
         data["deadline"] = draw(st.none() | times)
+    if draw(st.booleans()):  # W3C trace context (a peer that traces)
+        data["trace_id"] = f"{draw(st.integers(1, 2**128 - 1)):032x}"
+        data["span_id"] = f"{draw(st.integers(1, 2**64 - 1)):016x}"
+        data["trace_flags"] = draw(st.integers(0, 255))
     if kind is MsgType.ERROR:
         data["error_info"] = ErrorInfo(
             code=draw(names), reason=draw(texts), severity=draw(st.sampled_from(Severity)),

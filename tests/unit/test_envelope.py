@@ -20,6 +20,7 @@ from reach import (
 from reach.protocol import ERROR_SCHEMA
 
 SCHEMA = "order.query@1.0"
+TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"  # W3C's own example
 INFO = {"code": "agent_not_found", "reason": "no agent 'refund-9'", "severity": "fatal"}
 
 
@@ -101,6 +102,23 @@ RULE_CASES = [
     pytest.param(fields(payload={1: "x"}), "field_type", ["payload"], id="field_type-payload_key"),
     pytest.param(fields(colour="red"), "field_type", ["colour"], id="field_type-unknown_field"),
     pytest.param(fields(msg_type=None), "field_type", ["msg_type"], id="field_type-missing"),
+    pytest.param(fields(trace_id=TRACE, span_id="00f067aa0ba902b"), "trace_context",
+                 ["span_id", "16 lowercase hex", "'00f067aa0ba902b'"],
+                 id="trace_context-short_span_id"),
+    pytest.param(fields(trace_id=TRACE, span_id="00F067AA0BA902B7"), "trace_context",
+                 ["span_id", "'00F067AA0BA902B7'"], id="trace_context-upper_case"),
+    pytest.param(fields(trace_id=TRACE, span_id="0" * 16), "trace_context",
+                 ["not all zeros"], id="trace_context-zero_span_id"),
+    pytest.param(fields(trace_id=TRACE, span_id="00f067aa0ba902b7\n"), "trace_context",
+                 ["span_id"], id="trace_context-trailing_newline"),
+    pytest.param(fields(trace_id="t-1", span_id=SPAN), "trace_context",
+                 ["trace_id", "32 lowercase hex", "'t-1'"], id="trace_context-not_w3c_trace"),
+    pytest.param(fields(trace_id="0" * 32, span_id=SPAN), "trace_context",
+                 ["trace_id"], id="trace_context-zero_trace_id"),
+    pytest.param(fields(trace_flags=256), "field_type", ["trace_flags"],
+                 id="field_type-flags_too_big"),
+    pytest.param(fields(trace_flags="01"), "field_type", ["trace_flags"],
+                 id="field_type-flags_as_text"),
 ]
 
 
@@ -320,3 +338,32 @@ def test_message_ids_are_unique_and_their_short_forms_still_differ() -> None:
     assert len(set(ids)) == 5000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
     assert len({i[:12] for i in ids}) == 5000  # logs print shortened IDs
+
+
+def test_an_envelope_carries_w3c_trace_context_when_given_one() -> None:
+    env = Envelope(**fields(trace_id=TRACE, span_id=SPAN, trace_flags=1))
+    assert (env.trace_id, env.span_id, env.trace_flags) == (TRACE, SPAN, 1)
+
+
+def test_an_envelope_from_a_peer_that_sends_no_span_id_has_no_parent_span() -> None:
+    env = Envelope.parse(fields(trace_id="any-trace-of-an-old-peer"))
+    assert (env.span_id, env.trace_flags) == (None, 0)
+    assert env.trace_id == "any-trace-of-an-old-peer"
+
+
+def test_an_envelope_with_another_trace_context_is_the_envelope_validation_gives() -> None:
+    env = Envelope.request("a", "b", {"x": 1}, SCHEMA)
+    made = env.with_trace_context(TRACE, SPAN, 1)
+    assert made == Envelope.parse({**env.model_dump(), "trace_id": TRACE, "span_id": SPAN,
+                                   "trace_flags": 1})
+    assert made.model_dump() == env.model_copy(update={"trace_id": TRACE, "span_id": SPAN,
+                                                       "trace_flags": 1}).model_dump()
+    assert (env.span_id, env.trace_flags) == (None, 0)  # the original is untouched
+
+
+def test_a_reply_does_not_claim_the_request_s_span_as_its_parent() -> None:
+    request = Envelope.request("a", "b", {"x": 1}, SCHEMA, trace_id=TRACE, span_id=SPAN,
+                               trace_flags=1)
+    reply = request.reply({"y": 2}, SCHEMA)
+    assert reply.trace_id == TRACE
+    assert reply.span_id is None

@@ -43,6 +43,7 @@ from a2a.client.auth import AuthInterceptor, CredentialService
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.client.client import Client as A2AClient
 from a2a.types.a2a_pb2 import AgentCard, GetTaskRequest, SendMessageRequest
+from opentelemetry.trace import SpanKind
 
 from policies.backoff import poll_delay
 from policies.priorities import check_priority
@@ -73,11 +74,13 @@ from reach.a2a.client.models import (
     A2AState,
     A2AStreamRequest,
 )
+from reach.a2a.tracing import a2a_span, send_traceparent
 from reach.agent import Agent, Packed, Placement, Text, handler
 from reach.context import Context
 from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError, RequestTimeout
 from reach.records import AgentRecord
+from reach.spans import Attr
 from reach.specs import ChildSpec
 
 log = logging.getLogger("reach.a2a.client.proxy")
@@ -162,7 +165,8 @@ class A2AProxy(Agent):
         headers = dict(self.config.headers)
         if self.config.token and not self.card.security_requirements:
             headers.setdefault("Authorization", f"Bearer {self.config.token}")
-        self._http = httpx.AsyncClient(headers=headers, timeout=PROBE_TIMEOUT_S)
+        self._http = httpx.AsyncClient(headers=headers, timeout=PROBE_TIMEOUT_S,
+                                       event_hooks={"request": [send_traceparent]})
         interceptors = [AuthInterceptor(_Token(self.config.token))] if self.config.token else []
         for streaming in (False, True):
             factory = ClientFactory(ClientConfig(
@@ -192,9 +196,11 @@ class A2AProxy(Agent):
         call = self._call_context(ctx)
         try:
             reply = A2AReply(state=A2AState.UNKNOWN)
-            async for response in self._clients[False].send_message(
-                    self._request(ctx, message), context=call):
-                reply = reply_from(response)
+            with a2a_span("SendMessage", SpanKind.CLIENT,
+                          attributes={Attr.AGENT_ID: self.id, Attr.RECEIVER: self.remote}):
+                async for response in self._clients[False].send_message(
+                        self._request(ctx, message), context=call):
+                    reply = reply_from(response)
             attempt = 0
             while reply.state in RUNNING and reply.task_id:  # answered before the task ended
                 await asyncio.sleep(poll_delay(attempt, self._rng))

@@ -67,6 +67,7 @@ from reach.a2a.server._proto import to_python
 from reach.a2a.server.errors import error_doc, error_message
 from reach.a2a.server.events import TaskEvents, timestamp
 from reach.a2a.server.parts import Call, reply_parts
+from reach.a2a.tracing import current_trace_id
 from reach.client import Client, Link
 from reach.errors import CodecError, ErrorInfo, ReachError, Severity, TaskCancelled
 from reach.protocol import new_id
@@ -152,6 +153,9 @@ class ReachExecutor(AgentExecutor):
         self._runners: dict[str, TaskRunner] = {}
         # Invariant: a job per task whose execute() is running here.
         self._jobs: dict[str, _Job] = {}
+        # The trace of each task running here: the A2A caller's (its traceparent), or its own
+        # ID (while the task runs).
+        self._traces: dict[str, str] = {}
 
     def runs(self, task_id: str) -> bool:
         """Whether the task runs on this replica."""
@@ -172,6 +176,7 @@ class ReachExecutor(AgentExecutor):
         its reply and final status. Cancelled (the caller went away): the task is cancelled.
         """
         task_id, context_id = str(request.task_id), str(request.context_id)
+        self._traces[task_id] = current_trace_id(task_id)
         events = TaskEvents(_ToManager(manager), task_id, context_id, request.message,
                             {"reach": self._base(plan, task_id)})
         runner = self._runner(plan.principal)
@@ -187,6 +192,7 @@ class ReachExecutor(AgentExecutor):
             raise
         finally:
             self._jobs.pop(task_id, None)
+            self._traces.pop(task_id, None)
         task = await manager.get_task()
         if task is None:
             raise InternalError(message=f"task {task_id} ended without being written")
@@ -207,9 +213,10 @@ class ReachExecutor(AgentExecutor):
             metadata={"reach": {**metadata.get("reach", {}), "cancelled": True}}))
         return await job.manager.get_task()
 
-    async def cancel_trace(self, task_id: str, reason: str) -> None:
-        """Cancels every handler under a task's trace (a task of another replica)."""
-        await self._cancel_trace(task_id, reason)
+    async def cancel_trace(self, trace_id: str, reason: str) -> None:
+        """Cancels every handler under a task's trace (a task of another replica: its
+        metadata's ``trace_id``)."""
+        await self._cancel_trace(trace_id, reason)
 
     def _runner(self, principal: str) -> TaskRunner:
         runner = self._runners.get(principal)
@@ -223,6 +230,7 @@ class ReachExecutor(AgentExecutor):
         """Runs the task the SendMessage's :class:`Plan` describes, writing its events."""
         plan: Plan = context.call_context.state[PLAN_KEY]
         task_id, context_id = str(context.task_id), str(context.context_id)
+        self._traces[task_id] = current_trace_id(task_id)
         events = TaskEvents(event_queue, task_id, context_id, context.message,
                             {"reach": self._base(plan, task_id)})
         runner = None if plan.call.handler.streaming else self._runner(plan.principal)
@@ -244,6 +252,7 @@ class ReachExecutor(AgentExecutor):
             raise
         finally:
             self._jobs.pop(task_id, None)
+            self._traces.pop(task_id, None)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Cancels the task and every handler under its trace; writes CANCELED."""
@@ -267,11 +276,12 @@ class ReachExecutor(AgentExecutor):
             return
         job.worker.cancel()
         await asyncio.gather(job.worker, return_exceptions=True)
-        await self._cancel_trace(task_id, reason)
+        await self._cancel_trace(self._traces.get(task_id, task_id), reason)
 
     def _base(self, plan: Plan, task_id: str) -> dict[str, Any]:
-        return {"trace_id": task_id, "target": plan.target, "by_capability": plan.by_capability,
-                "schema": plan.call.schema, "replica": self.replica}
+        return {"trace_id": self._traces.get(task_id, task_id), "target": plan.target,
+                "by_capability": plan.by_capability, "schema": plan.call.schema,
+                "replica": self.replica}
 
     async def _work(self, plan: Plan, task_id: str, events: TaskEvents,
                     runner: TaskRunner | None) -> None:
@@ -341,7 +351,7 @@ class ReachExecutor(AgentExecutor):
 
     async def _stream(self, plan: Plan, task_id: str, events: TaskEvents) -> None:
         """Calls a streaming handler; each chunk an artifact update (the last one marked)."""
-        client = Client(self._link, plan.principal, trace_id=task_id)
+        client = Client(self._link, plan.principal, trace_id=self._traces.get(task_id, task_id))
         deadline = clock.monotonic() + self._options.timeout_ms / 1000
         tried: set[str] = set()
         failures = 0
@@ -385,7 +395,8 @@ class ReachExecutor(AgentExecutor):
                     await self._degraded(exc.partial, exc.to_info(), plan, events, reach)
                     return
                 if decision.action is Action.ABORT:
-                    await self._cancel_trace(task_id, "task aborted on a fatal error")
+                    await self._cancel_trace(self._traces.get(task_id, task_id),
+                                             "task aborted on a fatal error")
                 if exc.code == TaskCancelled.code:
                     await events.finish(TaskState.TASK_STATE_CANCELED, metadata={"reach": reach})
                     return

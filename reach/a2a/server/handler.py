@@ -333,7 +333,10 @@ class ReachRequestHandler(DefaultRequestHandler):
             return await self._executor.cancel_blocking(params.id)
         task: Task | None = await super().on_cancel_task(params, context)
         if not self._executor.runs(params.id):
-            await self._executor.cancel_trace(params.id, "cancelled by the A2A caller")
+            reach_meta = to_python(task.metadata).get("reach", {}) if task is not None else {}
+            trace_id = reach_meta.get("trace_id") if isinstance(reach_meta, dict) else None
+            await self._executor.cancel_trace(trace_id if isinstance(trace_id, str)
+                                              else params.id, "cancelled by the A2A caller")
         return task
 
 

@@ -7,7 +7,9 @@ In front, before the SDK sees a request:
   fit a 64-bit float, nesting at most :attr:`GatewayOptions.max_json_depth` deep, no unpaired
   surrogates): anything else is a parse error, -32700, saying which rule it broke;
 - an ``A2A-Version`` header longer than :data:`MAX_VERSION_CHARS` is VersionNotSupported
-  (-32009), as any other version reach does not speak.
+  (-32009), as any other version reach does not speak;
+- where the gateway traces, the call is a server span continuing the caller's ``traceparent``
+  (:mod:`reach.a2a.tracing`).
 
 Behind: every -32603 the dispatcher would send, with whatever exception text it holds, is
 replaced by reach's (:func:`reach.a2a.server.errors.internal_error`: an error ID for the client, the
@@ -35,6 +37,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from reach.a2a.server.errors import error_data, internal_error, is_screened
+from reach.a2a.server.handler import PRINCIPAL_SCOPE_KEY
+from reach.a2a.tracing import served
 from reach.errors import CodecError
 from reach.strict_json import loads
 
@@ -84,7 +88,10 @@ class GatewayDispatcher(JsonRpcDispatcher):
             return self._generate_error_response(_request_id(doc), VersionNotSupportedError(
                 f"A2A version '{version[:8]}...' ({len(version)} characters) is not supported: "
                 "reach answers A2A 1.0 (send A2A-Version: 1.0)"))
-        response: Response = await super().handle_requests(_Parsed(request, doc))
+        method = doc.get("method") if isinstance(doc, dict) else None
+        with served(method if isinstance(method, str) else "call", request.headers,
+                    str(request.scope.get(PRINCIPAL_SCOPE_KEY, ""))):
+            response: Response = await super().handle_requests(_Parsed(request, doc))
         return response
 
     def _generate_error_response(self, request_id: str | int | None,

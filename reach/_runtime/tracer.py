@@ -1,0 +1,239 @@
+"""reach's spans, on the OpenTelemetry API: one per send, per handler run, per task attempt and
+per supervisor restart, and the W3C trace context envelopes carry between them.
+
+Tracing is off in a process until a tracer provider is given to it (:func:`use`, which
+:mod:`reach._runtime.span_export` calls where tracing is configured, and a test calls with the
+SDK's in-memory exporter). While it is off, :data:`TRACING`'s ``tracer`` is None, and the hot
+path asks that one question and does nothing else: no span, no attribute, no copy of an
+envelope. While it is on, a span's attributes are built only when it records (a trace sampled
+out costs its span's context, which still travels, so that the spans after it are sampled out
+too).
+
+An envelope carries its trace as W3C trace context: its ``trace_id`` is the trace's (32 hex
+digits), ``span_id`` the span that sent it (16 hex digits: the parent of the span that handles
+it) and ``trace_flags`` W3C's flags (1: sampled). A span that starts a trace takes the trace ID
+of the envelope (or task) it is about, so that reach's trace IDs and OpenTelemetry's are one
+(see :data:`SEED`, read by the SDK's ID generator of :mod:`reach._runtime.span_export`).
+
+A process boundary carries no context but the envelope's: a handler's span is the child of the
+span in its envelope, never of whatever context the process happens to have.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    TracerProvider,
+)
+
+from reach._version import __version__
+from reach.errors import ReachError
+from reach.protocol import Envelope
+from reach.spans import Attr, AttrValue, SpanName
+
+#: The name of reach's tracer (its instrumentation scope).
+TRACER_NAME = "reach"
+
+#: A trace ID (as an int) that the next span to start a trace takes, when set: the ID generator
+#: of reach's SDK setup reads it (a span with a parent keeps its parent's).
+SEED: ContextVar[int | None] = ContextVar("reach_trace_seed", default=None)
+
+_HEX = "0123456789abcdef"
+_ID_SPACE = 1 << 64
+
+
+class _Tracing:
+    """Whether this process traces: ``tracer`` is None while it does not. ``bound`` is set
+    when the tracer's sampler is reach's own (parent-based, by trace ID ratio): a new trace is
+    kept when its trace ID's low 64 bits are below it, so that a trace sampled out is known
+    without starting a span for it."""
+
+    __slots__ = ("bound", "tracer")
+
+    def __init__(self) -> None:
+        self.tracer: Tracer | None = None
+        self.bound: int | None = None
+
+
+#: This process's tracing (see the module's docstring).
+TRACING = _Tracing()
+
+
+def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
+    """Traces this process's work with ``provider`` from now on (None: stops tracing).
+
+    Args:
+        provider: The tracer provider.
+        ratio: The ratio of the provider's sampler, when it is reach's own (parent-based, by
+            trace ID ratio, as OpenTelemetry's ``TraceIdRatioBased``); None for any other.
+    """
+    TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
+    TRACING.bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
+
+
+def keeps(trace_id: int, bound: int) -> bool:
+    """Whether a new trace of ``trace_id`` is kept under a ratio's ``bound`` (the decision of
+    OpenTelemetry's ``TraceIdRatioBased``: its ID's low 64 bits below the bound)."""
+    return trace_id & (_ID_SPACE - 1) < bound
+
+
+def trace_int(trace_id: str) -> int:
+    """A W3C trace ID's value (0 for one that is not 32 lowercase hex digits)."""
+    return int(trace_id, 16) if len(trace_id) == 32 and not trace_id.strip(_HEX) else 0
+
+
+def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
+          trace_id: str | None = None, links: Sequence[Link] = (),
+          attributes: Mapping[str, AttrValue] | None = None) -> Span:
+    """Starts a span under ``context`` (None: the current one); one that starts a trace takes
+    ``trace_id`` as its trace's ID when it is a W3C one."""
+    seed = trace_int(trace_id) if trace_id else 0
+    if not seed:
+        return tracer.start_span(name, context=context, kind=kind, links=links,
+                                 attributes=attributes)
+    token = SEED.set(seed)
+    try:
+        return tracer.start_span(name, context=context, kind=kind, links=links,
+                                 attributes=attributes)
+    finally:
+        SEED.reset(token)
+
+
+def _remote(env: Envelope) -> SpanContext:
+    """The span context an envelope with a span ID carries."""
+    assert env.span_id is not None
+    return SpanContext(int(env.trace_id, 16), int(env.span_id, 16), is_remote=True,
+                       trace_flags=TraceFlags(env.trace_flags))
+
+
+def envelope_context(env: Envelope) -> Context:
+    """The context a span about a received envelope continues: its sender's span as a remote
+    parent, or no parent at all (an envelope from a peer that sends no span ID)."""
+    if env.span_id is None:
+        return Context()
+    return trace.set_span_in_context(NonRecordingSpan(_remote(env)), Context())
+
+
+def traced(env: Envelope, span: Span) -> Envelope:
+    """``env`` carrying ``span`` as its parent span (unchanged for a span with no context, or
+    one it carries already)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid or (env.span_id is not None and int(env.span_id, 16) == ctx.span_id):
+        return env
+    return env.with_trace_context(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
+                                  int(ctx.trace_flags))
+
+
+def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
+               parent: Envelope | None = None) -> tuple[Span, Envelope]:
+    """The client span of a send (a child of the current span), and the envelope carrying it.
+
+    Under a trace sampled out no span is started: the envelope carries that trace's context
+    (the current span's, or that of ``parent`` whose handler runs in no span), or for a new
+    trace that reach's sampler drops, a context of its own marked not sampled.
+
+    Args:
+        tracer: This process's tracer.
+        env: The envelope sent.
+        capability: For a send by capability, the capability (the agent chosen is the
+            envelope's receiver).
+        parent: The envelope whose handler sends it, if any.
+    """
+    current = trace.get_current_span()
+    ctx = current.get_span_context()
+    if ctx.is_valid:
+        if not ctx.trace_flags.sampled:
+            return current, traced(env, current)
+    elif parent is not None and sampled_out(parent):  # its handler runs in no span
+        dropped: Span = NonRecordingSpan(_remote(parent))
+        return dropped, traced(env, dropped)
+    elif TRACING.bound is not None:  # a new trace: dropped by reach's sampler?
+        seed = trace_int(env.trace_id)
+        if seed and not keeps(seed, TRACING.bound):  # its context alone, with a span ID
+            return INVALID_SPAN, env.with_trace_context(
+                env.trace_id, f"{random.getrandbits(64) or 1:016x}", 0)
+    attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
+                                   Attr.MSG_TYPE: env.msg_type.value}
+    if capability is not None:
+        attrs[Attr.CAPABILITY] = attrs[Attr.RECEIVER] = capability
+    if env.session_id is not None:
+        attrs[Attr.SESSION_ID] = env.session_id
+    span = start(tracer, f"{SpanName.SEND} {capability or env.receiver}", SpanKind.CLIENT,
+                 context=None, trace_id=env.trace_id, attributes=attrs)
+    return span, traced(env, span)
+
+
+def sampled_out(env: Envelope) -> bool:
+    """Whether ``env`` is of a trace sampled out (its handler's span records nothing)."""
+    return env.span_id is not None and not env.trace_flags & 1
+
+
+def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrValue]) -> Span:
+    """The server span of a handler's run of ``env``: the child of the envelope's span (for
+    an envelope of a trace sampled out, that span's context, recording nothing)."""
+    if env.span_id is not None and not env.trace_flags & 1:  # sampled out
+        return NonRecordingSpan(_remote(env))
+    attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
+                                   Attr.MSG_TYPE: env.msg_type.value,
+                                   Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes}
+    if env.session_id is not None:
+        attrs[Attr.SESSION_ID] = env.session_id
+    return start(tracer, f"{SpanName.HANDLE} {env.payload_schema}", SpanKind.SERVER,
+                 context=envelope_context(env), trace_id=env.trace_id, attributes=attrs)
+
+
+def failed(span: Span, error: ReachError) -> None:
+    """Marks a span as ended in ``error`` (its code and severity, status ERROR)."""
+    if span.is_recording():
+        span.set_attributes({Attr.ERROR_CODE: error.code,
+                             Attr.ERROR_SEVERITY: error.severity.value})
+        span.set_status(Status(StatusCode.ERROR, error.message))
+
+
+def event(span: Span | None, name: str, attributes: Mapping[str, AttrValue]) -> None:
+    """Adds an event to a span that records (nothing for None or one that does not)."""
+    if span is not None and span.is_recording():
+        span.add_event(name, dict(attributes))
+
+
+@contextmanager
+def internal(name: str, attributes: Mapping[str, AttrValue], *,
+             trace_id: str | None = None) -> Iterator[Span | None]:
+    """An internal span that starts a trace of its own (a supervisor's restart), current while
+    the block runs; None when this process does not trace. A ReachError raised in the block
+    marks it failed."""
+    tracer = TRACING.tracer
+    if tracer is None:
+        yield None
+        return
+    span = start(tracer, name, SpanKind.INTERNAL, context=Context(), trace_id=trace_id)
+    if span.is_recording():
+        span.set_attributes(dict(attributes))
+    with trace.use_span(span, end_on_exit=True, record_exception=False,
+                        set_status_on_exception=False):
+        try:
+            yield span
+        except ReachError as exc:
+            failed(span, exc)
+            raise
+
+
+__all__ = ["SEED", "TRACER_NAME", "TRACING", "envelope_context", "event", "failed", "internal",
+           "keeps", "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced",
+           "use"]

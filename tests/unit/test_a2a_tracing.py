@@ -1,0 +1,128 @@
+"""A2A calls in reach's traces: the gateway continues a caller's ``traceparent`` (on the fake
+cluster, its application driven in-process), and the outbound proxy's HTTP client sends one."""
+
+from __future__ import annotations
+
+import httpx
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from pydantic import BaseModel
+
+import reach
+from reach._runtime.span_export import SeededIds
+from reach._runtime.tracer import TRACING, use
+from reach.a2a.tracing import a2a_span, send_traceparent
+from reach.gateway.deploy import start_gateway
+from reach.gateway.server import GatewayServer
+from reach.spans import Attr
+from reach.testing import FakeCluster, run
+from reach.web.auth import ANONYMOUS
+from reach.web.options import GatewayOptions
+
+CALLER_TRACE, CALLER_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+
+
+@reach.schema("tra.order@1.0")
+class Order(BaseModel):
+    order_id: int
+
+
+@reach.schema("tra.status@1.0")
+class Status(BaseModel):
+    order_id: int
+    status: str
+
+
+class Orders(reach.Agent):
+    capabilities = ("tra.order",)
+    description = "Looks up orders."
+
+    @reach.handler(Order, returns=Status)
+    async def query(self, ctx: reach.Context, m: Order) -> Status:
+        return Status(order_id=m.order_id, status="shipped")
+
+
+def provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    made = TracerProvider(id_generator=SeededIds())
+    made.add_span_processor(SimpleSpanProcessor(exporter))
+    return made, exporter
+
+
+def test_the_gateway_continues_the_caller_s_traceparent_down_to_the_agent_s_handler() -> None:
+    async def scenario(fake: FakeCluster) -> dict[str, object]:
+        rt = fake.runtime()
+        await rt.spawn(Orders, "tra-orders-1", placement=reach.Packed(pool="tra-p", size=1))
+        start_gateway(fake, GatewayOptions(auth=False))
+        server: GatewayServer = fake.services["reach-gateway"]
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m-1", "role": "ROLE_USER", "parts": [{"data": {"order_id": 7}}]}}}
+        headers = {"A2A-Version": "1.0",
+                   "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(server.app),
+                                     base_url="http://gw", headers=headers) as client:
+            reply = (await client.post("/agents/tra-orders-1", json=body)).json()
+        await server.close()
+        task: dict[str, object] = reply["result"]["task"]
+        return task
+
+    made, caught = provider()
+    use(made)
+    try:
+        task = run(scenario)
+    finally:
+        use(None)
+    assert task["metadata"]["reach"]["trace_id"] == CALLER_TRACE  # type: ignore[index]
+    spans = caught.get_finished_spans()
+    assert {f"{s.get_span_context().trace_id:032x}" for s in spans} == {CALLER_TRACE}
+    by_id = {f"{s.get_span_context().span_id:016x}": s for s in spans}
+    (served,) = [s for s in spans if s.name == "a2a SendMessage"]
+    assert served.kind is SpanKind.SERVER
+    assert served.parent is not None
+    assert f"{served.parent.span_id:016x}" == CALLER_SPAN
+    assert served.attributes[Attr.PRINCIPAL] == ANONYMOUS
+    (handled,) = [s for s in spans if s.name == "handle tra.order@1.0"]
+    chain = []
+    span = handled
+    while span.parent is not None and f"{span.parent.span_id:016x}" in by_id:
+        span = by_id[f"{span.parent.span_id:016x}"]
+        chain.append(span.name)
+    assert chain == ["send tra-orders-1", "attempt tra.order@1.0", "a2a SendMessage"]
+
+
+def test_the_outbound_proxy_s_requests_carry_the_current_span_as_traceparent() -> None:
+    made, _ = provider()
+    use(made)
+    try:
+        tracer = TRACING.tracer
+        assert tracer is not None
+        with a2a_span("SendMessage", SpanKind.CLIENT) as span:
+            assert span is not None
+            request = httpx.Request("POST", "http://remote/")
+            run_hook(request)
+            ctx = span.get_span_context()
+        assert request.headers["traceparent"] == \
+            f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+        assert int(ctx.trace_flags) & 1  # sampled
+        outside = httpx.Request("GET", "http://remote/")  # a probe, in no span
+        run_hook(outside)
+        assert "traceparent" not in outside.headers
+    finally:
+        use(None)
+    untraced = httpx.Request("POST", "http://remote/")
+    run_hook(untraced)
+    assert "traceparent" not in untraced.headers
+
+
+def run_hook(request: httpx.Request) -> None:
+    async def hook() -> None:
+        await send_traceparent(request)
+
+    coro = hook()
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    raise AssertionError("the hook should not wait")
