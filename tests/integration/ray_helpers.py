@@ -5,8 +5,9 @@ gateway (a module of its own: a test never imports a conftest by name)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -67,3 +68,25 @@ def start_gateway(rt: Any, **settings: Any) -> str:
         if (exc.details or {}).get("setting") != "port":
             raise
         return str(rt.start_gateway(port=None, **settings))
+
+
+@contextlib.asynccontextmanager
+async def traced(rt: Any, process: str) -> AsyncIterator[Any]:
+    """A runtime on the session's cluster whose processes (this one included, until the end)
+    trace every message to the cluster's trace store, as ``reach.init(tracing=True)`` would:
+    the processes it starts carry its tracing settings, the session's others do not."""
+    import reach
+    from reach._ray import RayCluster
+    from reach._runtime.trace_setup import install
+    from reach._runtime.tracer import use
+
+    tracing = reach.Tracing(sample_ratio=1.0)
+    cluster = RayCluster(rt.cluster.security, rt.cluster.namespace, None, tracing)
+    provider = install(tracing, process, cluster)
+    driver = reach.Runtime(cluster, rt.limits)
+    try:
+        yield driver
+    finally:
+        await driver.close()
+        use(None)
+        await asyncio.to_thread(provider.shutdown)
