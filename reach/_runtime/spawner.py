@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
@@ -164,6 +165,11 @@ class Spawner:
         that moment, and a spare elsewhere is counted for the other node, whose pool may retire
         it), on any node once it is not."""
         alive = node in self.live_nodes()
+        if alive and needs.num_cpus is None:
+            # An actor reserves a CPU by default only to be scheduled, none once it runs: a
+            # spare pinned to its node needs none to be placed, so it does not queue behind
+            # every other process being started there for a CPU to be scheduled with.
+            needs = dataclasses.replace(needs, num_cpus=0)
         return _shape(needs, node if alive else None, strict=alive, lasting=True)
 
     async def _on_spare(self, cls: type[Agent], agent_id: str, p: Placement, key: str, *,
