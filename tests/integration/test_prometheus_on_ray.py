@@ -154,10 +154,11 @@ async def test_every_panel_query_returns_series_and_prometheus_evaluates_the_rul
         # Its restart is counted once its process has handed the counter to Ray and Ray's
         # export been scraped, maybe after the other supervisors' series made the panels whole.
         ours = f"reach.sup.{SUPERVISOR}"
-        while (ours not in variable_values(prometheus, "Supervisor")
-               and time.monotonic() < deadline + SERIES_TIMEOUT_S):
-            await asyncio.sleep(1.0)
-        assert ours in variable_values(prometheus, "Supervisor")
+
+        async def listed() -> bool:
+            return ours in variable_values(prometheus, "Supervisor")
+
+        await wait_until(listed, timeout_s=SERIES_TIMEOUT_S, poll_s=1.0)
 
         async def evaluated() -> list[dict[str, Any]]:
             rules = [r for g in prometheus.api("rules")["groups"] for r in g["rules"]]

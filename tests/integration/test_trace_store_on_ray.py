@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from ray_helpers import wait_until
 from trace_store_senders import SpanSender
 
 from reach import RuntimeConfig
@@ -39,9 +40,7 @@ async def test_spans_sent_from_another_process_are_read_back_through_the_port(rt
     try:
         assert await asyncio.wait_for(sender.call("send", spans), 60) == 2
         store = cluster.trace_store()
-        deadline = time.monotonic() + 30
-        while not (held := await store.trace(trace_id)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        held = await wait_until(lambda: store.trace(trace_id), timeout_s=30, poll_s=0.05)
         assert held == [spans[1], spans[0]]  # by start time
         [summary] = await store.find_traces(agent=LOGISTICS)
         assert (summary.trace_id, summary.spans, summary.errors) == (trace_id, 2, 1)
