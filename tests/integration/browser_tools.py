@@ -11,11 +11,10 @@ hide that the suite did not test what it claims to.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
-import subprocess
 
 import pytest
+from apt_tools import IN_CI, apt_install
 
 PACKAGES = ("chromium",)
 NAMES = ("chromium", "chromium-browser")
@@ -25,25 +24,14 @@ def _which() -> str | None:
     return next((path for path in map(shutil.which, NAMES) if path), None)
 
 
-def _install() -> None:
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-        subprocess.run(install, env=env, capture_output=True, check=False)
-
-
 def _find() -> str | None:
     if _which() is None:
-        _install()
+        apt_install(PACKAGES)
     return _which()
 
 
 CHROMIUM = _find()
 PLAYWRIGHT = importlib.util.find_spec("playwright") is not None
-IN_CI = bool(os.environ.get("CI"))
 #: The flags Chromium runs with here: no sandbox (the tests run as root, where Chromium's
 #: sandbox refuses to start) and no GPU.
 FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage")

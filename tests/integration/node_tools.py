@@ -9,33 +9,21 @@ did not test what it claims to.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 
 import pytest
+from apt_tools import IN_CI, apt_install
 
 PACKAGES = ("nodejs", "npm")
 
 
-def _install() -> None:
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-        subprocess.run(install, env=env, capture_output=True, check=False)
-
-
 def _find() -> tuple[str | None, str | None]:
     if shutil.which("node") is None or shutil.which("npm") is None:
-        _install()
+        apt_install(PACKAGES)
     return shutil.which("node"), shutil.which("npm")
 
 
 NODE, NPM = _find()
-IN_CI = bool(os.environ.get("CI"))
 
 #: Skips a test where node or npm cannot be had, except in CI, where it runs (and fails).
 needs_node = pytest.mark.skipif((NODE is None or NPM is None) and not IN_CI,

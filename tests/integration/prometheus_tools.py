@@ -14,7 +14,6 @@ it scrapes the targets of a file-based service discovery file, as Ray's own conf
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -26,28 +25,18 @@ from typing import Any
 
 import pytest
 import yaml
+from apt_tools import IN_CI, apt_install
 
 PACKAGES = ("prometheus",)
 
 
-def _install() -> None:
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-        subprocess.run(install, env=env, capture_output=True, check=False)
-
-
 def _find() -> tuple[str | None, str | None]:
     if shutil.which("prometheus") is None or shutil.which("promtool") is None:
-        _install()
+        apt_install(PACKAGES)
     return shutil.which("prometheus"), shutil.which("promtool")
 
 
 PROMETHEUS, PROMTOOL = _find()
-IN_CI = bool(os.environ.get("CI"))
 
 #: Skips a test where Prometheus cannot be had, except in CI, where it runs (and fails).
 needs_prometheus = pytest.mark.skipif(
