@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import queue
@@ -92,9 +91,7 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_line(error: Exception) -> str:
-    suggestion = getattr(error, "suggestion", "")
-    return f"{str(error).rstrip('.')}; {suggestion}" if suggestion else str(error)
+_one_line = observe.one_line
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -233,13 +230,7 @@ def _gateway(args: argparse.Namespace) -> int:
         print(f"  agent cards:  {url}/agents/<agent-id>/.well-known/agent-card.json")
         if not args.no_auth:
             print("  calls need 'Authorization: Bearer <token>': reach token <name> prints one")
-        if not rt.owns_ray:  # the application keeps running on the cluster
-            return 0
-        print("serving on this machine's own Ray until interrupted (Ctrl-C)", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
-        return 0
+        return observe.serve_here(rt)
     except ReachError as exc:
         print(f"reach gateway: {_one_line(exc)}", file=sys.stderr)
         return 2

@@ -48,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         rt = runtime.init(address=args.address, log_to_driver=False)
     except ReachError as exc:
-        print(f"reach observe: {_one_line(exc)}", file=sys.stderr)
+        print(f"reach observe: {one_line(exc)}", file=sys.stderr)
         return 2
     try:
         port = rt.cluster.http_port()
@@ -64,24 +64,32 @@ def main(args: argparse.Namespace) -> int:
             print(f"  token ({args.name}): {token}")
             print("  the page keeps the token in the tab and sends it only in a header; the "
                   "part after '#' never reaches a server")
-        if not rt.owns_ray:  # the gateway keeps running on the cluster
-            return 0
-        print("serving on this machine's own Ray until interrupted (Ctrl-C)", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
-        return 0
+        return serve_here(rt)
     except ReachError as exc:
-        print(f"reach observe: {_one_line(exc)}", file=sys.stderr)
+        print(f"reach observe: {one_line(exc)}", file=sys.stderr)
         return 2
     finally:
         if rt.owns_ray:
             _ray.shutdown()
 
 
-def _one_line(error: Exception) -> str:
+def serve_here(rt: runtime.Runtime) -> int:
+    """What a command that started a gateway does next: returns at once when it joined a
+    running cluster (the gateway keeps running there), else serves on this machine's own Ray
+    until interrupted. Its exit status."""
+    if not rt.owns_ray:
+        return 0
+    print("serving on this machine's own Ray until interrupted (Ctrl-C)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
+    return 0
+
+
+def one_line(error: Exception) -> str:
+    """An error as one line of a command's output: its message, then its suggestion."""
     suggestion = getattr(error, "suggestion", "")
     return f"{str(error).rstrip('.')}; {suggestion}" if suggestion else str(error)
 
 
-__all__ = ["add_parser", "main", "observer_at"]
+__all__ = ["add_parser", "main", "observer_at", "one_line", "serve_here"]
