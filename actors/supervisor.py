@@ -5,13 +5,13 @@ it happens: a normal exit, an abnormal one, or the host's process dying (SIGKILL
 a packed host with all its agents). Children that fail together (one host) are one failure event:
 one restart counted against the intensity, which is the supervisor's; how long a child waits
 before its restart is its own streak's affair (see :func:`policies.supervision.plan_restart`).
-Under one_for_one, independent failures are healed side by side: a child backing off, or a
-restart waiting for a new process, never holds up a sibling's. A child supervisor runs on its
-parent's node, so that a whole tree shares the fate of its root's node while its agents go where
-their placements say. Past the intensity, the supervisor stops its children in reverse order and
-gives up; its parent sees that as this child failing, and the root's driver sees a
-RestartLimitExceeded.
-How an agent child is spawned, awaited (a remote one) and evicted is :mod:`actors.agent_children`.
+A child supervisor runs on its parent's node, so that a whole tree shares the fate of its root's
+node while its agents go where their placements say. Past the intensity, the supervisor stops its
+children in reverse order and gives up; its parent sees that as this child failing, and the
+root's driver sees a RestartLimitExceeded.
+How an agent child is spawned, awaited (a remote one) and evicted is :mod:`actors.agent_children`;
+how the restarts a plan says are carried out (one_for_one's side by side, each after its own
+backoff) is :mod:`actors.child_restarts`.
 Supervisors also own tasks (see :mod:`reach._runtime.tasks`).
 """
 
@@ -25,11 +25,11 @@ from typing import Any
 from opentelemetry.trace import Span
 
 from actors.agent_children import AgentChildren, within
+from actors.child_restarts import ChildRestarts
 from policies.supervision import ChildExit, ChildHealth, RestartPlan, Strategy, plan_restart
 from reach import clock
 from reach._runtime.directory import Directory
 from reach._runtime.link import Link
-from reach._runtime.metrics import metrics
 from reach._runtime.names import supervisor_name
 from reach._runtime.spawner import Spawner
 from reach._runtime.tasks import TaskRunner, cancel_trace_everywhere
@@ -45,8 +45,6 @@ from reach.records import (
     AgentStatus,
     ChildKind,
     ChildStatus,
-    RestartPlacement,
-    RestartRecord,
     SupervisorState,
     SupervisorStatus,
     TaskResult,
@@ -106,7 +104,9 @@ class Supervisor:
         self.history: tuple[float, ...] = ()
         # Each child's own restarts in a row and when its incarnation started (its backoff).
         self.health: dict[str, ChildHealth] = {}
-        self.restarts: list[RestartRecord] = []
+        self.restarts = ChildRestarts(spec.name, self.name, self.specs, self.health,
+                                      start=self._start_again, failed=self._restart_failed,
+                                      audit=self._audit)
         self.state = SupervisorState.STARTING
         self.trail = AuditTrail(cluster)
         self.tasks = TaskRunner(self.link, self.name, spec.task_policy, self.rng,
@@ -116,9 +116,6 @@ class Supervisor:
         self._gave_up: asyncio.Future[dict[str, Any] | None] | None = None
         self._lock: asyncio.Lock | None = None
         self._watchers: set[asyncio.Task[None]] = set()
-        # Restarts under way (one_for_one): each batch's, and those still in their backoff.
-        self._restarting: set[asyncio.Task[None]] = set()
-        self._backing_off: set[asyncio.Task[None]] = set()
 
     def _gave_up_future(self) -> asyncio.Future[dict[str, Any] | None]:
         if self._gave_up is None:
@@ -184,7 +181,7 @@ class Supervisor:
     async def stop(self) -> list[str]:
         """Stops every child in reverse start order, each within its timeout; returns the order."""
         self.state = SupervisorState.STOPPING
-        await self._settle_restarts()
+        await self.restarts.settle()
         order = list(reversed(self.started))
         await self._stop_children(order)
         self.state = SupervisorState.STOPPED
@@ -268,12 +265,9 @@ class Supervisor:
                                             if isinstance(s, RemoteChild)],
                     health=self.health, reset_s=self.spec.backoff_reset_s)
                 self.health.update(plan.health)
-                if self.spec.strategy is Strategy.ONE_FOR_ONE and not plan.give_up:
-                    # Independent children: this batch heals beside the next ones, which are
-                    # planned (and counted against the intensity) at once.
-                    self._heal_beside(batch, plan)
-                else:
-                    await self._carry_out(batch, plan)
+                # one_for_one: independent children, this batch heals beside the next ones,
+                # which are planned (and counted against the intensity) at once.
+                await self._carry_out(batch, plan)
 
     def _siblings_may_follow(self) -> bool:
         """Whether a live child shares a host or a node with one that just exited (its exit, if
@@ -290,7 +284,8 @@ class Supervisor:
         return frozenset(p for p in (host, self.nodes.get(child_id, self.node)) if p)
 
     async def _carry_out(self, batch: list[ChildExit], plan: RestartPlan) -> None:
-        """Does what the restart plan says: forget the ended, give up, or stop and restart."""
+        """Does what the restart plan says: forget the ended, give up, or stop and restart
+        (one_for_one: in the background, see :mod:`actors.child_restarts`)."""
         marking = self._set_aside(plan)
         if plan.give_up:
             await self._give_up(batch)
@@ -299,43 +294,12 @@ class Supervisor:
             return
         await self._stop_children(list(plan.stop))
         self._take_out(plan)
-        if plan.delay_s:
-            await asyncio.sleep(plan.delay_s)
         detected = min(e.at for e in batch)
-        for child_id in plan.restart:  # their order matters: one after another, in start order
-            await self._restart_child(child_id, plan, detected)
-        await _marked(marking)
-
-    def _heal_beside(self, batch: list[ChildExit], plan: RestartPlan) -> None:
-        """Carries out a one_for_one plan (nothing to stop) in the background: each child
-        restarts after its own delay, one host's agents together."""
-        marking = self._set_aside(plan)
-        if not plan.restart:
-            return
-        self._take_out(plan)
-        detected = min(e.at for e in batch)
-
-        async def heal() -> None:
-            await asyncio.gather(*(self._restart_after(c, plan, detected)
-                                   for c in plan.restart))
-            await _marked(marking)
-
-        task = asyncio.get_running_loop().create_task(heal())
-        self._restarting.add(task)
-        task.add_done_callback(self._restarting.discard)
-
-    async def _restart_after(self, child_id: str, plan: RestartPlan, detected: float) -> None:
-        delay = plan.delays.get(child_id, plan.delay_s)
-        if delay:
-            task = asyncio.current_task()
-            assert task is not None
-            self._backing_off.add(task)
-            try:
-                await asyncio.sleep(delay)
-            finally:
-                self._backing_off.discard(task)
-        if self.state is SupervisorState.RUNNING:
-            await self._restart_child(child_id, plan, detected)
+        if self.spec.strategy is Strategy.ONE_FOR_ONE:
+            self.restarts.beside(plan, detected, marking,
+                                 lambda: self.state is SupervisorState.RUNNING)
+        else:
+            await self.restarts.in_order(plan, detected, marking)
 
     def _set_aside(self, plan: RestartPlan) -> asyncio.Future[None] | None:
         """Forgets the ended children, keeps the plan's history, and marks the children to
@@ -365,49 +329,16 @@ class Supervisor:
             if gone is not None:  # a child supervisor that gave up still holds its name
                 self.cluster.kill(gone)
 
-    async def _settle_restarts(self) -> None:
-        """Lets the restarts under way finish (those still backing off are called off), so that
-        stopping or giving up finds every child it must stop."""
-        for task in list(self._backing_off):
-            task.cancel()
-        while self._restarting:
-            await asyncio.gather(*self._restarting, return_exceptions=True)
-
-    async def _restart_child(self, child_id: str, plan: RestartPlan, detected: float) -> None:
-        """Restarts a child (in a span of its own where this process traces: the decision, the
-        child's exit reason, its delay, and the error when the restart failed)."""
-        with internal(f"{SpanName.RESTART} {child_id}", {
-                Attr.SUPERVISOR: self.spec.name, Attr.CHILD: child_id,
-                Attr.DECISION: "restart", Attr.REASON: plan.reasons.get(child_id, ""),
-                Attr.ATTEMPT: self.health[child_id].streak if child_id in self.health else 0,
-                "reach.delay_s": plan.delays.get(child_id, plan.delay_s)}) as span:
-            await self._restart_traced(child_id, plan, detected, span)
-
-    async def _restart_traced(self, child_id: str, plan: RestartPlan, detected: float,
-                              span: Span | None) -> None:
+    async def _start_again(self, child_id: str) -> None:
         self.stopping.discard(child_id)
-        try:
-            await self._start_child(child_id)
-        except Exception as exc:
-            if span is not None:
-                failed(span, exc if isinstance(exc, ReachError) else ReachError(str(exc)))
-            log.warning("restart of %s failed: %s", child_id, exc)
-            self._exits.append(ChildExit(child_id, False, f"restart failed: {exc}",
-                                         clock.monotonic()))
-            self.started.append(child_id)  # it counts as started, and as failed again
-            self.started.sort(key=list(self.specs).index)
-            self._handle_soon()
-            return
-        spec = self.specs[child_id]
-        placement = (RestartPlacement.SUPERVISOR if isinstance(spec, SupervisorSpec)
-                     else RestartPlacement.REMOTE if isinstance(spec, RemoteChild)
-                     else spec.placement.restarted_as())
-        self._audit({"caller": self.name, "callee": child_id, "capability": "",
-                     "msg_type": "supervision", "outcome": "restarted", "trace_id": ""})
-        metrics.count("reach_restarts", 1, self.name)
-        self.restarts.append(RestartRecord(child_id, clock.now(), placement,
-                                           clock.monotonic() - detected,
-                                           plan.reasons.get(child_id, "")))
+        await self._start_child(child_id)
+
+    def _restart_failed(self, child_id: str, exc: Exception) -> None:
+        self._exits.append(ChildExit(child_id, False, f"restart failed: {exc}",
+                                     clock.monotonic()))
+        self.started.append(child_id)  # it counts as started, and as failed again
+        self.started.sort(key=list(self.specs).index)
+        self._handle_soon()
 
     async def _give_up(self, batch: list[ChildExit]) -> None:
         reasons = "; ".join(f"{e.child_id}: {e.reason}" for e in batch)
@@ -418,7 +349,7 @@ class Supervisor:
 
     async def _gave_up_now(self, batch: list[ChildExit], span: Span | None) -> None:
         self.state = SupervisorState.FAILED
-        await self._settle_restarts()
+        await self.restarts.settle()
         reasons = "; ".join(f"{e.child_id}: {e.reason}" for e in batch)
         error = RestartLimitExceeded(
             f"supervisor {self.spec.name} exceeded its restart intensity "
@@ -490,19 +421,9 @@ class Supervisor:
             tuple(ChildStatus(c, ChildKind.SUPERVISOR if c in self.subs else ChildKind.AGENT,
                               self.hosts.get(c), self.specs[c].restart.value)
                   for c in self.started),
-            tuple(self.restarts), self.tasks.counts(), subs)
+            tuple(self.restarts.records), self.tasks.counts(), subs)
 
 
 async def _awaited(call: Any) -> Any:
     return await call
 
-
-async def _marked(marking: asyncio.Future[None] | None) -> None:
-    """Awaits the mark of restarting children (its failure is only logged: callers then find
-    the old route dead, and wait all the same)."""
-    if marking is None:
-        return
-    try:
-        await marking
-    except ReachError as exc:
-        log.warning("marking children restarting failed: %s", exc)
