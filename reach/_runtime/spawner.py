@@ -1,19 +1,14 @@
 """Placing agents on hosts, as their :class:`~reach.placement.Placement` says: a new host of its
-own for each agent (a dedicated agent's), or a group of shared, named hosts (a packed pool).
+own for each agent (a dedicated agent's), or a group of shared, named hosts (a packed pool, see
+:mod:`reach._runtime.pool_hosts`).
 
 Used by the driver's runtime and by supervisors alike, so an agent restarted by its supervisor is
-placed exactly as it was first spawned. Group hosts are named and shared by every driver and
-supervisor; a host of its own lives and dies with its one agent, and its restart takes a warm
-spare of its placement's shape when one is ready (no waiting for a new process). Spares are
-started where the registry says they lack: it sees every restart's claim in the cluster and
-sizes each node's pool of each shape to the recent claims (:mod:`policies.spares`).
-
-Agents of a group move, they do not wait: when a group host dies, the agents its supervisors
-restart go at once to the group's live hosts (least loaded first), and the dead host is started
-again, empty and under its name, in the background (it is never restarted by the platform, whose
-restarts make a death known only after about 1.5 s). Only a group whose hosts are all dead waits,
-for its replacements. When a node dies, its hosts are placed again on the nodes left (soft node
-affinity lets them leave it). An agent that requires resources no live node has is not left
+placed exactly as it was first spawned. A host of its own lives and dies with its one agent, and
+its restart takes a warm spare of its placement's shape when one is ready (no waiting for a new
+process). Spares are started where the registry says they lack: it sees every restart's claim in
+the cluster and sizes each node's pool of each shape to the recent claims
+(:mod:`policies.spares`). When a node dies, its hosts are placed again on the nodes left (soft
+node affinity lets them leave it). An agent that requires resources no live node has is not left
 waiting for them: its spawn fails.
 """
 
@@ -22,32 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from policies.discovery import Candidate, pick_least_loaded
 from reach._runtime.names import check_agent_ids
+from reach._runtime.pool_hosts import REPLACE_AFTER_S, PoolHosts
+from reach._runtime.unawaited import read_later
 from reach.agent import Agent
 from reach.errors import AgentUnavailable
-from reach.placement import HostGroup, HostNeeds, Placement, own_host_name
+from reach.placement import HostNeeds, Placement, own_host_name
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.records import AgentRecord
 
 #: How often a dedicated host still waiting to be placed checks that some live node can take it.
 PLACEMENT_CHECK_S = 1.0
-#: How many times a dead group host is started again before its spawn gives up, and the first wait.
-REPLACE_TRIES = 20
-REPLACE_WAIT_S = 0.05
-#: How long a dead group host's replacement waits when its group has live hosts left, and the
-#: spares' top-up after a restart claimed one: a new process costs a core for a while, not to be
-#: taken from the restart.
-REPLACE_AFTER_S = 0.5
 #: How many claimed spares that turn out dead a restart tries before it starts a new host.
 SPARE_TRIES = 3
-
-log = logging.getLogger("reach.spawner")
 
 T = TypeVar("T")
 
@@ -63,16 +49,7 @@ class Spawner:
     def __init__(self, cluster: Cluster, limits: CallLimits) -> None:
         self.cluster = cluster
         self.limits = limits
-        # Group name -> its hosts, started on first use here.
-        self._groups: dict[str, list[HostPort]] = {}
-        # Group host name -> its agent count as last seen (asked, plus the agents placed since).
-        self._counts: dict[str, int] = {}
-        # Group name -> the agent classes placed in it from here; (host name, class) pairs of
-        # the group hosts that have them (given or preloaded).
-        self._classes: dict[str, set[type[Agent]]] = {}
-        self._loaded: set[tuple[str, type[Agent]]] = set()
-        # Invariant: at most one replacement of a group host (by name) runs in this process.
-        self._replacing: dict[str, asyncio.Task[HostPort]] = {}
+        self.pools = PoolHosts(cluster, limits)
 
     async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
                     args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
@@ -104,13 +81,13 @@ class Spawner:
         demand: dict[str, float] = {}
         needs, group = placement.host_needs(), placement.host_group()
         if group is not None:
-            moved = (await self._move_in_group(cls, agent_ids[0], group, needs, gone, args=args,
-                                              kwargs=kwargs, epochs=epochs,
-                                              priority=priority)
+            moved = (await self.pools.move(cls, agent_ids[0], group, needs, gone, args=args,
+                                           kwargs=kwargs, epochs=epochs, priority=priority)
                      if gone and len(agent_ids) == 1 else None)
             if moved is not None:
                 return moved
-            placed = await self._in_group(cls, agent_ids, group, needs)
+            placed = [(h, ids, False)
+                      for h, ids in await self.pools.place(cls, agent_ids, group, needs)]
         else:
             spare_key = placement.spare_key()
             if (warm and spare_key is not None and self.limits.spares > 0
@@ -141,7 +118,7 @@ class Spawner:
             else:
                 records.extend(res)
                 if not own:
-                    self._counts[host.name] = self._counts.get(host.name, 0) + len(ids)
+                    self.pools.added(host.name, len(ids))
         if failure is not None:
             raise failure
         return records
@@ -156,7 +133,7 @@ class Spawner:
             strict = needs.node_id in self.live_nodes()
         node = needs.node_id if (needs.node_id is None or strict or needs.num_cpus != 0
                                  or demand) else None
-        return self.cluster.start_host(own_host_name(), _shape(needs, node, strict=strict),
+        return self.cluster.start_host(own_host_name(), HostShape.of(needs, node, strict=strict),
                                        self.limits)
 
     def _spare_shape(self, needs: HostNeeds, node: str) -> HostShape:
@@ -170,7 +147,7 @@ class Spawner:
             # spare pinned to its node needs none to be placed, so it does not queue behind
             # every other process being started there for a CPU to be scheduled with.
             needs = dataclasses.replace(needs, num_cpus=0)
-        return _shape(needs, node if alive else None, strict=alive, lasting=True)
+        return HostShape.of(needs, node if alive else None, strict=alive, lasting=True)
 
     async def _on_spare(self, cls: type[Agent], agent_id: str, p: Placement, key: str, *,
                         args: Sequence[Any], kwargs: dict[str, Any] | None,
@@ -203,7 +180,7 @@ class Spawner:
         """Tops up ``node``'s spares of ``p``'s key once the restart is done: a new process
         costs a core for a while, not to be taken from the restart."""
         def top_up() -> None:
-            _read_later(self.top_up(p, node, (cls,)), "topping up the spares failed")
+            read_later(self.top_up(p, node, (cls,)), "topping up the spares failed")
 
         asyncio.get_running_loop().call_later(REPLACE_AFTER_S, top_up)
 
@@ -226,9 +203,9 @@ class Spawner:
                 host = self.cluster.start_host(own_host_name(),
                                                self._spare_shape(needs, node), self.limits)
                 offered = host.offer_as_spare(key)  # the call is under way: never awaited here
-                _read_later(offered, "a spare host did not start")
+                read_later(offered, "a spare host did not start")
                 if classes:
-                    _read_later(host.preload(list(classes)), "preloading a spare failed")
+                    read_later(host.preload(list(classes)), "preloading a spare failed")
                 started.append(host)
         return started
 
@@ -259,144 +236,6 @@ class Spawner:
             with contextlib.suppress(AgentUnavailable):
                 self.cluster.host(name)
 
-    def _group_hosts(self, group: HostGroup, needs: HostNeeds) -> list[HostPort]:
-        hosts = self._groups.get(group.name)
-        if hosts is None:
-            shape = _shape(needs, needs.node_id, lasting=True)
-            hosts = [self.cluster.start_host(name, shape, self.limits) for name in group.hosts]
-            self._groups[group.name] = hosts
-        return hosts
-
-    def _ready_everywhere(self, group: HostGroup, cls: type[Agent], placed_on: str) -> None:
-        """Has every host of the group keep ``cls`` loaded (in the background): an agent moved
-        to another host on a restart then does not wait for its class to be received there the
-        first time (for a class defined in a script, about 10 ms of rebuilding it and its
-        schemas in a fresh process)."""
-        self._classes.setdefault(group.name, set()).add(cls)
-        self._loaded.add((placed_on, cls))
-        for host in self._groups.get(group.name, []):
-            self._preload(host, [cls])
-
-    def _preload(self, host: HostPort, classes: Collection[type[Agent]]) -> None:
-        """Has a group host load the ``classes`` it does not hold yet (in the background)."""
-        new = [c for c in classes if (host.name, c) not in self._loaded]
-        if new:
-            self._loaded.update((host.name, c) for c in new)
-            _read_later(host.preload(new), f"preloading {host.name} failed")
-
-    async def _in_group(self, cls: type[Agent], agent_ids: Sequence[str], group: HostGroup,
-                       needs: HostNeeds) -> list[tuple[HostPort, list[str], bool]]:
-        """Which of the group's live hosts takes which agents (least loaded first)."""
-        hosts, counts = await self._live_group(group, needs)
-        groups: dict[int, list[str]] = {}
-        for agent_id in agent_ids:
-            i = least_loaded(counts)
-            counts[i] += 1
-            groups.setdefault(i, []).append(agent_id)
-        for i in groups:
-            self._ready_everywhere(group, cls, hosts[i].name)
-        return [(hosts[i], ids, False) for i, ids in groups.items()]
-
-    async def _move_in_group(self, cls: type[Agent], agent_id: str, group: HostGroup,
-                            needs: HostNeeds, gone: Collection[str], *, args: Sequence[Any],
-                            kwargs: dict[str, Any] | None, epochs: dict[str, int] | None,
-                            priority: int | Mapping[str, int] | None) -> list[AgentRecord] | None:
-        """Starts an agent whose group host died on the least loaded of the group's other
-        hosts, as last seen here, without asking them; None when they were never seen, or the
-        one chosen is dead too."""
-        known = self._known_group(group, needs, gone)
-        if known is None:
-            return None
-        host = known[0][least_loaded(known[1])]
-        try:
-            records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs,
-                                            priority=priority)
-        except AgentUnavailable:
-            log.info("group host %s is dead too: asking the group", host.name)
-            return None
-        self._counts[host.name] = self._counts.get(host.name, 0) + 1
-        self._ready_everywhere(group, cls, host.name)
-        return records
-
-    def _known_group(self, group: HostGroup, needs: HostNeeds, gone: Collection[str],
-                    ) -> tuple[list[HostPort], list[int]] | None:
-        """The group's hosts other than ``gone`` and their agent counts as last seen here, the
-        ``gone`` ones being started again in the background; None if a count was never seen
-        (or no other host is left)."""
-        hosts = self._groups.get(group.name)
-        if hosts is None:
-            return None
-        others = [h for h in hosts if h.name not in gone]
-        if not others or any(h.name not in self._counts for h in others):
-            return None
-        for i, h in enumerate(hosts):
-            if h.name in gone:
-                self._counts.pop(h.name, None)
-                self._replace(group, needs, i, _replace_after(len(others)))
-        return others, [self._counts[h.name] for h in others]
-
-    async def _live_group(self, group: HostGroup, needs: HostNeeds,
-                         ) -> tuple[list[HostPort], list[int]]:
-        """The group's live hosts and their agent counts; dead ones are started again in the
-        background, and waited for only when none is alive."""
-        hosts = self._group_hosts(group, needs)
-        counts = await asyncio.gather(*(h.count() for h in hosts), return_exceptions=True)
-        live = [(h, c) for h, c in zip(hosts, counts, strict=True) if isinstance(c, int)]
-        for h, c in zip(hosts, counts, strict=True):
-            if isinstance(c, int):
-                self._counts[h.name] = c
-            else:
-                self._counts.pop(h.name, None)
-        dead = [i for i, c in enumerate(counts) if not isinstance(c, int)]
-        replacing = [self._replace(group, needs, i, _replace_after(len(live))) for i in dead]
-        if not live:
-            # Every host of the group is dead: wait for the replacements.
-            fresh = await asyncio.gather(*replacing)
-            live = [(h, 0) for h in fresh]
-        return [h for h, _ in live], [c for _, c in live]
-
-    def _replace(self, group: HostGroup, needs: HostNeeds, i: int,
-                 after_s: float) -> asyncio.Task[HostPort]:
-        """Starts group host ``i`` again after ``after_s`` (once per process, whoever asks)."""
-        name = group.hosts[i]
-        running = self._replacing.get(name)
-        if running is None or running.done():
-            running = self._replacing[name] = asyncio.get_running_loop().create_task(
-                self._start_again(group, needs, i, after_s))
-            running.add_done_callback(_read_outcome)
-        return running
-
-    async def _start_again(self, group: HostGroup, needs: HostNeeds, i: int,
-                           after_s: float) -> HostPort:
-        """Starts a dead group host again under its name; returns it once it answers.
-
-        Raises:
-            AgentUnavailable: it did not come up (no live node could take it).
-        """
-        if after_s > 0:
-            await asyncio.sleep(after_s)
-        name = group.hosts[i]
-        shape = _shape(needs, needs.node_id, lasting=True)
-        failure: Exception | None = None
-        for attempt in range(REPLACE_TRIES):
-            self.cluster.forget(name)
-            host = self.cluster.start_host(name, shape, self.limits)
-            try:
-                self._counts[name] = await host.count()
-            except AgentUnavailable as exc:  # its old self, not yet known as dead by name
-                failure = exc
-                await asyncio.sleep(REPLACE_WAIT_S * (attempt + 1))
-                continue
-            # A new process: it holds none of the group's classes until given them.
-            self._loaded = {(h, c) for h, c in self._loaded if h != name}
-            self._preload(host, self._classes.get(group.name, ()))
-            hosts = self._groups.get(group.name)
-            if hosts is not None and i < len(hosts):
-                hosts[i] = host
-            return host
-        raise AgentUnavailable(f"group host {name} could not be started again: {failure}",
-                               details={"endpoint": name})
-
     async def _placed(self, call: Awaitable[T], agent_ids: list[str],
                       demand: dict[str, float]) -> T:
         """Awaits a host's ``add_agents`` call; while a host with requirements waits to be
@@ -424,53 +263,10 @@ class Spawner:
                    for node in self.cluster.nodes())
 
 
-def _read_outcome(task: asyncio.Task[HostPort]) -> None:
-    """A background replacement's failure is the next spawn's to meet: read it here."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _read_later(call: Awaitable[Any], failing: str) -> None:
-    """Reads the outcome of a call nobody awaits (a failure is logged as ``failing``, not
-    lost)."""
-    def done(future: asyncio.Future[Any]) -> None:
-        if not future.cancelled() and future.exception() is not None:
-            log.warning("%s: %s", failing, future.exception())
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # no event loop here (a synchronous driver): the call runs anyway
-        return
-    asyncio.ensure_future(call).add_done_callback(done)
-
-
-def _shape(needs: HostNeeds, node: str | None, *, strict: bool = False,
-           lasting: bool = False) -> HostShape:
-    """The cluster's shape of a host of ``needs`` on ``node``."""
-    return HostShape(num_cpus=needs.num_cpus, num_gpus=needs.num_gpus, memory=needs.memory,
-                     resources=dict(needs.resources), node_id=node, node_strict=strict,
-                     lasting=lasting)
-
-
-def _replace_after(live: int) -> float:
-    """How long a dead group host waits to be started again, ``live`` of its group's hosts
-    being left: a new process costs a core for a while, so with two or more left it starts
-    once the agents have moved and answered, not in their way; with one left or none it starts
-    at once (a second death before it is up would leave the agents nowhere to go)."""
-    return REPLACE_AFTER_S if live > 1 else 0.0
-
-
 def shape_key(p: Placement) -> str:
     """The resource shape of a placement's hosts, as spares are offered and claimed by it (its
     node is a preference, not part of its shape)."""
     return p.host_needs().shape_key()
-
-
-def least_loaded(counts: Sequence[int]) -> int:
-    """The index of the least-loaded of several hosts (the first of equals)."""
-    cands = [Candidate(f"{i:06d}", (), "", True, count) for i, count in enumerate(counts)]
-    (best,) = pick_least_loaded(cands, 1)
-    return int(best.agent_id)
 
 
 def unplaceable(demand: dict[str, float], agent_ids: Sequence[str]) -> AgentUnavailable:

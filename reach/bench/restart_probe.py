@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import reach
 from reach._runtime.names import POOL_PREFIX
-from reach._runtime.spawner import REPLACE_AFTER_S
+from reach._runtime.pool_hosts import REPLACE_AFTER_S
 from reach.bench.agents import Crash, Incarnation, Ping, read_mark
 from reach.bench.anchors import ray_victim
 from reach.bench.quiet import busy_since, cpu_times

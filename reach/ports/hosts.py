@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import NotRequired, Protocol, TypedDict
 
 from reach.agent import Agent
+from reach.placement import HostNeeds
 from reach.ports.endpoint import Endpoint
 from reach.records import AgentExit, AgentRecord
 
@@ -116,7 +117,7 @@ class HostShape:
         lasting: Outlives its creator: a pool host (named, shared) or a warm spare (the
             cluster's, whoever started it). When it dies it is not restarted by the platform
             (so that its death is known at once): whoever needs a pool host starts it again
-            under the same name (see the spawner).
+            under the same name (see :mod:`reach._runtime.pool_hosts`).
     """
 
     num_cpus: float | None = None
@@ -126,6 +127,15 @@ class HostShape:
     node_id: str | None = None
     node_strict: bool = False
     lasting: bool = False
+
+    @classmethod
+    def of(cls, needs: HostNeeds, node: str | None, *, strict: bool = False,
+           lasting: bool = False) -> HostShape:
+        """The shape of a host of a placement's ``needs`` on ``node`` (only there if
+        ``strict``; ``lasting`` as the attribute)."""
+        return cls(num_cpus=needs.num_cpus, num_gpus=needs.num_gpus, memory=needs.memory,
+                   resources=dict(needs.resources), node_id=node, node_strict=strict,
+                   lasting=lasting)
 
 
 @dataclass(frozen=True)

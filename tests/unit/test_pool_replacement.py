@@ -12,7 +12,7 @@ from pydantic import BaseModel
 import reach
 from policies.supervision import Intensity
 from reach import clock
-from reach._runtime.spawner import REPLACE_AFTER_S
+from reach._runtime.pool_hosts import REPLACE_AFTER_S
 from reach.errors import AgentUnavailable
 from reach.placement import POOL_PREFIX
 from reach.testing import FakeCluster, eventually, run
