@@ -4,8 +4,8 @@ As httpx ships ``MockTransport`` and trio an ``autojump_clock``, reach ships :cl
 an implementation of :class:`~reach.ports.cluster.Cluster` whose processes (hosts, registry,
 session store, supervisors, inboxes) are the real classes of ``actors/``, run as objects in the
 test's own event loop. Calls between them go through the same ports as on Ray (typed adapters of
-:mod:`reach.testing.ports`), with their arguments and results copied by pickling (as a process
-boundary would), and with Ray's failure semantics:
+:mod:`reach.testing.ports` and :mod:`reach.testing.store_ports`), with their arguments and
+results copied by pickling (as a process boundary would), and with Ray's failure semantics:
 a killed process fails the calls pending on it and every watch of it at once; the registry and the
 store come back empty after a restart delay (as Ray restarts them), and calls made while they
 restart wait for them; a host stays dead, its name free for whoever starts it again.

@@ -44,18 +44,15 @@ from reach.ports.traces import TraceStorePort
 from reach.security.guard import Guard, SecurityConfig, guard_for
 from reach.specs import SupervisorSpec
 from reach.testing.ports import (
-    FakeA2ATasks,
-    FakeAudit,
     FakeEndpoint,
     FakeHost,
     FakeInbox,
     FakePort,
     FakeProcess,
     FakeRegistry,
-    FakeSessions,
     FakeSupervisor,
-    FakeTraceStore,
 )
+from reach.testing.store_ports import FakeA2ATasks, FakeAudit, FakeSessions, FakeTraceStore
 from reach.tracing import Tracing
 
 T = TypeVar("T")

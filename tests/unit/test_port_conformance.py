@@ -53,17 +53,14 @@ from reach.remote.host import RemoteHost
 from reach.remote.ports import RemoteHostClient, RemoteHostPort
 from reach.testing import FakeCluster
 from reach.testing.ports import (
-    FakeA2ATasks,
-    FakeAudit,
     FakeEndpoint,
     FakeHost,
     FakeInbox,
     FakeProcess,
     FakeRegistry,
-    FakeSessions,
     FakeSupervisor,
-    FakeTraceStore,
 )
+from reach.testing.store_ports import FakeA2ATasks, FakeAudit, FakeSessions, FakeTraceStore
 
 #: Each port and what implements it: the process (its actor, or the feature's class), the Ray
 #: adapter and the fake cluster's (one adapter for both where a feature wraps a process handle).
