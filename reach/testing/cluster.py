@@ -1,20 +1,16 @@
 """The fake cluster: reach's processes as objects in one event loop, with Ray's failure semantics
-(see :mod:`reach.testing`)."""
+(see :mod:`reach.testing`). It places them on its nodes, finds them by name and fails them as a
+test says; each is a simulated process of :mod:`reach.testing.processes`."""
 
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import pickle
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-
-from opentelemetry import context as otel_context
 
 from actors.host import AgentHost
 from actors.inbox import Inbox
@@ -52,48 +48,17 @@ from reach.testing.ports import (
     FakeRegistry,
     FakeSupervisor,
 )
+from reach.testing.processes import (
+    SimulatedProcess,
+    copied,
+    current_process,
+    died,
+    track_tasks,
+)
 from reach.testing.store_ports import FakeA2ATasks, FakeAudit, FakeSessions, FakeTraceStore
 from reach.tracing import Tracing
 
-T = TypeVar("T")
 F = TypeVar("F", bound=FakePort)
-
-
-_current: contextvars.ContextVar[_Proc | None] = contextvars.ContextVar("reach_fake_proc",
-                                                                        default=None)
-
-
-# -- processes ---------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class _Proc:
-    """One simulated process: its object, node, the tasks running in it, and its life."""
-
-    name: str
-    make: Callable[[], Any]
-    node: str
-    restarts: bool = False
-    obj: Any = None
-    dead: bool = False
-    incarnation: int = 0
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    back: asyncio.Event | None = None
-    up: asyncio.Event | None = None  # a host still starting: its calls wait for it
-    resources: dict[str, float] = field(default_factory=dict)
-
-    def context(self) -> contextvars.Context:
-        ctx = contextvars.copy_context()
-        ctx.run(_current.set, self)
-        # A process boundary carries no tracing context: only what an envelope carries.
-        ctx.run(otel_context.attach, otel_context.Context())
-        return ctx
-
-
-def _copy(value: T) -> T:
-    """What crosses a process boundary: a copy, as pickling makes it."""
-    copied: T = pickle.loads(pickle.dumps(value))
-    return copied
 
 
 class FakeCluster(Cluster):
@@ -127,7 +92,7 @@ class FakeCluster(Cluster):
         self.host_start_s = host_start_s
         self._nodes = dict.fromkeys(nodes, True)
         self._node_resources: dict[str, dict[str, float]] = {n: {"CPU": 2.0} for n in nodes}
-        self._procs: dict[str, _Proc] = {}
+        self._procs: dict[str, SimulatedProcess] = {}
         self._settings = (heartbeat_interval_s, heartbeat_misses, poison_after)
         self._trace_store_bytes = trace_store_bytes
         self._folder = folder or Path(tempfile.gettempdir())
@@ -148,17 +113,7 @@ class FakeCluster(Cluster):
         """Starts the registry, the session store and the trace store, and tracks which process
         each task of ``loop`` runs in (a task belongs to the process that created it)."""
         self._loop = loop
-
-        def factory(loop: asyncio.AbstractEventLoop, coro: Any,
-                    context: contextvars.Context | None = None) -> asyncio.Task[Any]:
-            task = asyncio.Task(coro, loop=loop, context=context)
-            proc = (context or contextvars.copy_context()).get(_current)
-            if proc is not None and not proc.dead:
-                proc.tasks.add(task)
-                task.add_done_callback(proc.tasks.discard)
-            return task
-
-        loop.set_task_factory(factory)
+        track_tasks(loop)
         interval, misses, poison_after = self._settings
         self._start(REGISTRY_NAME, lambda: Registry(self, interval, misses, poison_after),
                     self.driver_node, restarts=True)
@@ -186,10 +141,9 @@ class FakeCluster(Cluster):
         return next(iter(self._nodes))
 
     def _start(self, name: str, make: Callable[[], Any], node: str, *, restarts: bool = False,
-               resources: dict[str, float] | None = None) -> _Proc:
-        proc = _Proc(name, make, node, restarts, resources=dict(resources or {}))
-        proc.obj = proc.context().run(make)
-        proc.incarnation = 1
+               resources: dict[str, float] | None = None) -> SimulatedProcess:
+        proc = SimulatedProcess(name, make, node, restarts, resources=dict(resources or {}))
+        proc.start()
         self._procs[name] = proc
         return proc
 
@@ -200,34 +154,22 @@ class FakeCluster(Cluster):
                       kwargs: dict[str, object]) -> Any:
         proc = await self._live(name)
         self.calls[(name, method)] += 1
-        incarnation = proc.incarnation
-        fn = getattr(proc.obj, method)
-        args, kwargs = _copy((args, kwargs))
         assert self._loop is not None
-        inner = self._loop.create_task(_as_coroutine(fn, args, kwargs), context=proc.context())
-        try:
-            result = await asyncio.shield(inner)
-        except asyncio.CancelledError:
-            if inner.cancelled() and (proc.dead or proc.incarnation != incarnation):
-                raise _died(name) from None
-            raise
-        except BaseException as exc:
-            raise _copy(exc) from None
-        return _copy(result)
+        return await proc.call(self._loop, method, args, kwargs)
 
-    async def _live(self, name: str) -> _Proc:
+    async def _live(self, name: str) -> SimulatedProcess:
         proc = self._procs.get(name)
         if proc is None:
             raise AgentUnavailable(f"{name} does not exist (its process is gone)",
                                    details={"endpoint": name})
         while proc.dead:
             if not proc.restarts or proc.back is None:
-                raise _died(name)
+                raise died(name)
             await proc.back.wait()
         if proc.up is not None:
             await proc.up.wait()
             if proc.dead:  # killed while it started
-                raise _died(name)
+                raise died(name)
         return proc
 
     # -- the Cluster interface -------------------------------------------------------------
@@ -329,7 +271,7 @@ class FakeCluster(Cluster):
         if live is not None and not live.dead:
             raise AgentAlreadyExists(f"a supervisor named {spec.name!r} is already running",
                                      details={"supervisor": spec.name})
-        self._start(name, lambda: Supervisor(_copy(spec), self, parent, limits), node_id)
+        self._start(name, lambda: Supervisor(copied(spec), self, parent, limits), node_id)
         return self._port(name, FakeSupervisor)
 
     def start_process(self, name: str, cls: type[object],
@@ -354,12 +296,12 @@ class FakeCluster(Cluster):
         """See :meth:`reach.ports.cluster.Cluster.kill`: ends it for good (no restart)."""
         proc = self._procs.get(port.name)
         if proc is not None:
-            self._end(proc)
+            proc.end()
             del self._procs[port.name]
 
     def node_id(self) -> str:
         """See :meth:`reach.ports.cluster.Cluster.node_id`."""
-        proc = _current.get()
+        proc = current_process()
         return proc.node if proc is not None else self.driver_node
 
     def nodes(self) -> Sequence[NodeInfo]:
@@ -368,7 +310,7 @@ class FakeCluster(Cluster):
 
     def restarted(self) -> bool:
         """See :meth:`reach.ports.cluster.Cluster.restarted`."""
-        proc = _current.get()
+        proc = current_process()
         return proc is not None and proc.incarnation > 0
 
     def http_port(self) -> int | None:
@@ -397,7 +339,7 @@ class FakeCluster(Cluster):
         """Kills a process as SIGKILL would: the calls pending on it fail, its watches fail, and
         the registry or the store comes back (empty) after :attr:`restart_delay_s`."""
         proc = self._procs[name]
-        self._end(proc)
+        proc.end()
         if proc.restarts:
             assert self._loop is not None
             self._loop.call_later(self.restart_delay_s, self._revive, proc)
@@ -416,21 +358,9 @@ class FakeCluster(Cluster):
             self.crash(name)
         return hit
 
-    def _end(self, proc: _Proc) -> None:
-        proc.dead = True
-        proc.back = asyncio.Event() if proc.restarts else None
-        for task in list(proc.tasks):
-            task.cancel()
-        proc.tasks.clear()
-
-    def _revive(self, proc: _Proc) -> None:
-        if self._procs.get(proc.name) is not proc:
-            return  # killed for good meanwhile
-        proc.obj = proc.context().run(proc.make)
-        proc.incarnation += 1
-        proc.dead = False
-        if proc.back is not None:
-            proc.back.set()
+    def _revive(self, proc: SimulatedProcess) -> None:
+        if self._procs.get(proc.name) is proc:  # not killed for good meanwhile
+            proc.revive()
 
     def process(self, name: str) -> Any:
         """The object of a live process (its host, registry, store or supervisor), to inspect.
@@ -443,21 +373,6 @@ class FakeCluster(Cluster):
     def names(self, prefix: str = "") -> list[str]:
         """The names of the live processes that start with ``prefix``."""
         return sorted(n for n, p in self._procs.items() if n.startswith(prefix) and not p.dead)
-
-
-def _died(name: str) -> AgentUnavailable:
-    return AgentUnavailable(f"{name} is dead or unreachable: its process died",
-                            suggestion="retry: a supervisor may restart the agent, or another "
-                                       "holder may answer",
-                            details={"endpoint": name})
-
-
-async def _as_coroutine(fn: Callable[..., Any], args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> Any:
-    result = fn(*args, **kwargs)
-    if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-        return await result
-    return result
 
 
 __all__ = ["FakeCluster"]

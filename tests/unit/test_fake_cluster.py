@@ -699,13 +699,13 @@ def test_a_slow_reply_rides_back_on_the_callers_next_call_to_its_host() -> None:
         rt = fake.runtime()
         await rt.spawn(Echo, "e-1", placement=packed())
         inbox = rt.transport.endpoint
-        delivered = fake._procs[inbox].obj.deliver
+        delivered = fake.process(inbox).deliver
 
         async def loaded(frame: bytes, reply_to: str) -> Any:  # a busy machine's Ray call
             await asyncio.sleep(0.02)
             return await delivered(frame, reply_to)
 
-        fake._procs[inbox].obj.deliver = loaded
+        fake.process(inbox).deliver = loaded
         # Slow requests: while the host's call to the inbox is under way, the replies that
         # follow queue up, and the caller's next call to the host takes them back with it.
         calls = [asyncio.ensure_future(rt.client.request("e-1", Ask(text=str(i),
