@@ -15,10 +15,11 @@ their loads, admits callers by the ACL, audits, and is watched like any host. Wh
   gets a retryable AgentUnavailable at once); while the agent is disconnected they wait in the
   queue, so a caller waits for it up to its deadline, as for a restarting agent;
 - ``take`` (a long poll by the replica) hands over what is queued, as one frame's text;
-- ``put`` sends what the agent sent into reach: its replies to the requests' senders (each
-  checked against the handler its hello declared, see :mod:`reach.remote.replies`: a reply
-  that does not match is refused to the agent and its caller gets the fatal error instead), its
-  own requests and notifications to their receivers (by ID, or ``cap:<tag>`` by capability);
+- ``put`` sends what the agent sent into reach (:mod:`reach.remote.sends`): its replies to the
+  requests' senders (each checked against the handler its hello declared, see
+  :mod:`reach.remote.replies`: a reply that does not match is refused to the agent and its
+  caller gets the fatal error instead), its own requests and notifications to their receivers
+  (by ID, or ``cap:<tag>`` by capability);
 - ``detach`` starts the grace period (or, after goodbye, ends the agent at once); when the period
   passes, the agent leaves as a death: its watchers (supervisors) see an abnormal exit, and the
   requests still waiting for it fail, retryable.
@@ -43,25 +44,17 @@ from actors.host import AgentHost
 from policies.priorities import aligned_priorities
 from policies.sessions import PendingAction
 from reach import clock
-from reach._runtime.courier import Courier
 from reach._runtime.names import REMOTE_PREFIX, reserved_prefix
 from reach.agent import Agent, reads_text
-from reach.errors import (
-    AgentUnavailable,
-    CodecError,
-    ConfigError,
-    ProtocolError,
-    ReachError,
-)
+from reach.errors import CodecError, ConfigError, ReachError
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits
 from reach.protocol import ERROR_SCHEMA, Envelope, MsgType
 from reach.records import AgentRecord, AgentStatus
 from reach.remote.ports import RemoteHostClient, RemoteHostPort
-from reach.remote.replies import check_reply
 from reach.remote.runner import RemoteAgent, RemoteRunner
+from reach.remote.sends import AgentSends
 from reach.remote.wire import (
-    CAPABILITY_PREFIX,
     HELLO_WINDOW_S,
     Attached,
     CloseCode,
@@ -98,7 +91,7 @@ class RemoteHost(AgentHost):
         self.grace_s = grace_s
         self.queue_limit = queue_limit
         self.runners: dict[str, RemoteRunner] = {}  # type: ignore[assignment]
-        self._outgoing: set[asyncio.Task[None]] = set()
+        self.sends = AgentSends(self.link, self._audit)
         # Set whenever a runner has something to take, a connection ends, or the replica
         # pokes the poll (its set of ready connections grew).
         self._signal = asyncio.Event()
@@ -149,7 +142,7 @@ class RemoteHost(AgentHost):
         restarted = runner is not None or handed is not None
         if runner is None:
             runner = RemoteRunner(agent, self.queue_limit, self.link.max_hops, wake=self._signal,
-                                  post=self._post, audit=self._audit)
+                                  post=self.sends.post, audit=self._audit)
             self.runners[agent.id] = runner
             self._exits[agent.id] = asyncio.get_running_loop().create_future()
             if handed is not None:
@@ -345,91 +338,7 @@ class RemoteHost(AgentHost):
         if runner is None or runner.conn != conn:
             return [error_frame(None, "not_attached", "this connection is no longer the "
                                  f"agent's: {agent_id!r} reconnected or left")]
-        errors: list[dict[str, Any]] = []
-        for item in items:
-            try:
-                env = self._admit_from(runner, item)
-            except ReachError as exc:
-                msg_id = item.get("msg_id") if isinstance(item.get("msg_id"), str) else None
-                errors.append(error_frame(msg_id, exc.code, exc.message))
-                continue
-            if env.request_id is not None and env.msg_type is not MsgType.REQUEST:
-                self._reply(runner, env, errors)
-            else:
-                task = asyncio.get_running_loop().create_task(self._send_in(runner, env))
-                self._outgoing.add(task)
-                task.add_done_callback(self._outgoing.discard)
-        return errors
-
-    def _admit_from(self, runner: RemoteRunner, item: dict[str, Any]) -> Envelope:
-        """An envelope the agent sent, validated; a request's deadline set by this clock."""
-        env = Envelope.parse(item)
-        if env.sender != runner.agent.id:
-            raise ProtocolError(f"an envelope from {runner.agent.id!r} names another sender "
-                                f"({env.sender!r})", details={"rule": "sender"})
-        if env.msg_type is MsgType.REQUEST and env.timeout_ms is not None:
-            # Clocks differ: the budget counts from arrival here, never past a given deadline.
-            limit = clock.now() + env.timeout_ms / 1000
-            deadline = limit if env.deadline is None else min(env.deadline, limit)
-            env = env.model_copy(update={"deadline": deadline})
-        return env
-
-    def _reply(self, runner: RemoteRunner, env: Envelope, errors: list[dict[str, Any]]) -> None:
-        request_id = env.request_id
-        assert request_id is not None
-        final = env.msg_type is not MsgType.EVENT
-        asked = runner.answer(request_id, final)
-        if asked is None:
-            errors.append(error_frame(env.msg_id, "unknown_request",
-                                       f"no open request {request_id!r} (answered, cancelled "
-                                       "or timed out)"))
-            return
-        try:
-            check_reply(runner.agent.declaration, asked.env, env)
-        except ReachError as exc:  # the agent's fault: it hears why, its caller gets the error
-            errors.append(error_frame(env.msg_id, exc.code, exc.message))
-            runner.fail([asked], exc)  # ends the request (a stream too), audited
-            return
-        if final and self._audit is not None:
-            info = env.error_info
-            self._audit(asked.env, "ok" if info is None else f"error: {info.code}")
-        if env.receiver != asked.env.sender:
-            env = env.model_copy(update={"receiver": asked.env.sender})
-        self._post(asked.reply_to, env)
-
-    def _post(self, endpoint: str, env: Envelope) -> None:
-        try:
-            self.transport.post(endpoint, env)
-        except ReachError as exc:  # the caller's process is gone: nobody waits for it
-            self.directory.dead_letter([env], exc)
-        except Exception as exc:  # StaleRoute: the same, for a reply
-            self.directory.dead_letter([env], AgentUnavailable(str(exc)))
-
-    async def _send_in(self, runner: RemoteRunner, env: Envelope) -> None:
-        """Sends a request or notification of the agent into reach; a request's reply (or its
-        error) is queued for the agent."""
-        try:
-            if env.receiver.startswith(CAPABILITY_PREFIX):
-                capability = env.receiver[len(CAPABILITY_PREFIX):]
-                holders = await self.directory.holders(capability, None)
-                (picked,) = self.link.pick(capability, holders)
-                env = env.model_copy(update={"receiver": picked.agent_id})
-            if env.msg_type is MsgType.REQUEST:
-                # The client's send path: routing, resends while the receiver moves, deadline.
-                reply = await Courier(self.link, runner.agent.id).call(env)
-            else:
-                self.transport.post(await self.directory.route(env.receiver), env)
-                return
-        except ReachError as exc:
-            if env.msg_type is not MsgType.REQUEST:
-                self.directory.dead_letter([env], exc)
-                return
-            reply = env.fail(exc, sender=env.receiver)
-        except Exception as exc:  # StaleRoute of a notification
-            log.warning("could not send %s from %s: %s", env.msg_id, runner.agent.id, exc)
-            return
-        runner.queue.append((None, envelope_json(reply)))
-        runner.wake.set()
+        return self.sends.put(runner, items)
 
     # -- what tools and the A2A gateway read ------------------------------------------------------
 
