@@ -28,7 +28,6 @@ from actors.spare_pool import SparePool
 from policies.poison import POISON_AFTER
 from policies.priorities import aligned_priorities
 from policies.routing import heartbeat_expired, next_epoch
-from policies.spares import SpareSizing
 from reach import clock
 from reach._runtime.metrics import metrics
 from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, REMOTE_PREFIX, SUPERVISOR_PREFIX
@@ -213,25 +212,20 @@ class Registry:
         now = self.last_seen[principal] = clock.monotonic()
         if any(rec.host == principal for rec in self.records.values()):
             return True  # an offer that crossed its own claim: the host holds agents now
-        sizing = SpareSizing(int(bounds[0]), int(bounds[1])) if len(bounds) >= 2 else None
-        return self.spare_pool.offer(principal, str(node), str(shape), now, sizing)
+        return self.spare_pool.offer(principal, str(node), str(shape), now, bounds)
 
     async def claim_spare(self, shape: str, node: str | None) -> str | None:
         """Takes a spare of ``shape`` whose heartbeat is fresh: on ``node`` if one is there,
         else on any node (a spare elsewhere serves when a node is gone). Its name, or None.
         Either way the claim counts towards the size of ``node``'s pool of ``shape``."""
-        now = clock.monotonic()
-        # Two intervals: a live spare is heard every interval plus its own round trips, so one
-        # interval would turn it away for a few milliseconds of every beat.
-        return self.spare_pool.claim(shape, node, lambda h: not heartbeat_expired(
-            self.last_seen.get(h, 0.0), now, self.interval_s, 2), now)
+        return self.spare_pool.claim(shape, node, self.last_seen, self.interval_s,
+                                     clock.monotonic())
 
     async def top_up_spares(self, shape: str, node: str, spares: int, max_spares: int) -> int:
         """How many spares of ``shape`` the caller is to start on ``node`` now: ``spares``, plus
         one per claim made there in the last window, at most ``max_spares``, less those offered
         and starting (counted as starting from now on, until they offer themselves)."""
-        return self.spare_pool.top_up(shape, node, SpareSizing(spares, max_spares),
-                                      clock.monotonic())
+        return self.spare_pool.top_up(shape, node, spares, max_spares, clock.monotonic())
 
     async def claim_nonce(self, principal: str, data: bytes, sig: Any) -> bool:
         """Claims a remote agent's hello nonce for every gateway replica at once (``data``:

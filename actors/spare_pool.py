@@ -2,8 +2,8 @@
 
 An empty dedicated host offers itself, with its node, shape and the deployment's sizing
 (``spares``, ``max_spares``), again with each heartbeat (so a restarted registry learns it anew);
-a restart claims one of the shape it needs, on the node it asks for if one is there, else on any
-node. A host taken, given agents, retired or gone is a spare no more.
+a restart claims one of the shape it needs, heard from lately, on the node it asks for if one is
+there, else on any node. A host taken, given agents, retired or gone is a spare no more.
 
 The registry sees every claim of the cluster, taken or not (a cold start), so it decides how
 many spares each node keeps of each shape (:mod:`policies.spares`): whoever claimed, or starts a
@@ -15,9 +15,10 @@ told to retire when it offers itself again, once claims have stopped for a while
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from policies.routing import heartbeat_expired
 from policies.spares import SpareSizing, to_retire, to_start
 from reach.ports.registry import SpareStats
 
@@ -60,16 +61,18 @@ class SparePool:
         self.start_s: deque[float] = deque(maxlen=START_TIMES_KEPT)
 
     def offer(self, host: str, node: str, shape: str, now: float,
-              sizing: SpareSizing | None = None) -> bool:
+              bounds: Sequence[int] = ()) -> bool:
         """Adds (or renews) a host's offer; False when it is to retire instead (the pool holds
-        more spares than the recent claims want, and they have stopped for a while)."""
+        more spares than the recent claims want, and they have stopped for a while).
+        ``bounds``: the deployment's ``[spares, max_spares]`` the host was started with, which
+        size its place's pool (none: the pool keeps the sizing it has)."""
         if host in self.taken:
             return True  # an offer that crossed the claim that took it
         if host in self.retired:
             return False
         place = (node, shape)
-        if sizing is not None:
-            self.sizing[place] = sizing
+        if len(bounds) >= 2:
+            self.sizing[place] = SpareSizing(int(bounds[0]), int(bounds[1]))
         if host not in self.offered:
             self._arrived(place, now)
         self.offered[host] = place
@@ -82,12 +85,16 @@ class SparePool:
             return False
         return True
 
-    def claim(self, shape: str, node: str | None, fresh: Callable[[str], bool],
+    def claim(self, shape: str, node: str | None, heard: Mapping[str, float], interval_s: float,
               now: float) -> str | None:
-        """Takes a spare of ``shape`` for which ``fresh`` holds: on ``node`` if one is there,
-        else on any node. Its name, or None (the claim is counted either way)."""
+        """Takes a spare of ``shape`` heard from lately (``heard``: when each host was last heard
+        from; hosts are heard every ``interval_s``): on ``node`` if one is there, else on any
+        node. Its name, or None (the claim is counted either way)."""
         self.claims.setdefault((node or "", shape), deque()).append(now)
-        fits = [h for h, (_, s) in self.offered.items() if s == shape and fresh(h)]
+        # Two intervals: a live spare is heard every interval plus its own round trips, so one
+        # interval would turn it away for a few milliseconds of every beat.
+        fits = [h for h, (_, s) in self.offered.items()
+                if s == shape and not heartbeat_expired(heard.get(h, 0.0), now, interval_s, 2)]
         if not fits:
             self.counts["missed"] += 1
             return None
@@ -98,11 +105,12 @@ class SparePool:
         self.counts["taken"] += 1
         return taken
 
-    def top_up(self, shape: str, node: str, sizing: SpareSizing, now: float) -> int:
+    def top_up(self, shape: str, node: str, spares: int, max_spares: int, now: float) -> int:
         """How many spares of ``shape`` to start on ``node`` now, for the claims made there
-        lately; they count as starting from now on."""
+        lately (``spares`` and ``max_spares``: the deployment's sizing); they count as starting
+        from now on."""
         place = (node, shape)
-        self.sizing[place] = sizing
+        sizing = self.sizing[place] = SpareSizing(spares, max_spares)
         count = to_start(self._have(place, now), self._claims(place, now), now, sizing)
         self.starting.extend(_Start(place, now) for _ in range(count))
         self.counts["started"] += count
