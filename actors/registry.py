@@ -8,7 +8,8 @@ capabilities here and cache the answers.
 It also keeps what every process must see the same: the deployment's ACL, the warm spare hosts
 (:mod:`actors.spare_pool`), the remote agents' hello nonces (:mod:`actors.hello_nonces`) and the
 poison messages quarantined (:mod:`actors.poison_ward`).
-The records and their capability index are its table (:mod:`actors.agent_table`).
+The records and their capability index are its table (:mod:`actors.agent_table`); who may make
+which of its calls, its gate (:mod:`actors.registry_gate`).
 """
 
 from __future__ import annotations
@@ -24,19 +25,20 @@ from actors._mem import rss_bytes
 from actors.agent_table import AgentTable
 from actors.hello_nonces import HelloNonces
 from actors.poison_ward import PoisonWard
+from actors.registry_gate import RegistryGate
 from actors.spare_pool import SparePool
 from policies.poison import POISON_AFTER
 from policies.priorities import aligned_priorities
 from policies.routing import heartbeat_expired, next_epoch
 from reach import clock
 from reach._runtime.metrics import metrics
-from reach._runtime.names import DRIVER_PREFIX, REGISTRY_NAME, REMOTE_PREFIX, SUPERVISOR_PREFIX
+from reach._runtime.names import REGISTRY_NAME
 from reach._runtime.trace_setup import setup
 from reach._runtime.trail import AuditTrail
-from reach.errors import AgentAlreadyExists, AuthError
+from reach.errors import AgentAlreadyExists
 from reach.ports.cluster import Cluster
 from reach.records import AgentRecord, AgentStatus, DeadLetter
-from reach.security.guard import acl_from_doc, open_call
+from reach.security.guard import acl_from_doc
 
 ONLINE, OFFLINE = AgentStatus.ONLINE, AgentStatus.OFFLINE
 RECOVERING, RESTARTING = AgentStatus.RECOVERING, AgentStatus.RESTARTING
@@ -67,9 +69,8 @@ class Registry:
         # may well exist, so it is answered as "recovering" (retryable), not as unknown.
         restarted = cluster.restarted()
         self.recovering_until = clock.monotonic() + interval_s * misses if restarted else 0.0
-        self.guard = cluster.guard()
         self.trail = AuditTrail(cluster)
-        self.refused = 0
+        self.gate = RegistryGate(cluster.guard(), self.trail)
         # The deployment's ACL (as acl_to_doc writes it); hosts fetch it when the version moves.
         self.acl_doc: dict[str, Any] | None = None
         self.acl_version = 0
@@ -78,17 +79,6 @@ class Registry:
         self.spare_pool = SparePool(clock.monotonic())
         self.nonces = HelloNonces()
         self.poison = PoisonWard(cluster, self.trail, poison_after)
-
-    def _open(self, host: str, data: bytes, sig: Any, what: str) -> Any:
-        """The arguments of a call signed by ``host``; a refusal is audited and raised."""
-        try:
-            return open_call(self.guard, host, data, sig)
-        except AuthError as exc:
-            self.refused += 1
-            metrics.count("reach_auth_refusals", 1, str(exc.details.get("reason", exc.code)))
-            self.trail.record(host, REGISTRY_NAME, capability=f"registry.{what}", msg_type=what,
-                              outcome=f"refused: {exc.details.get('reason', exc.code)}")
-            raise
 
     def _start(self) -> None:
         if self._expiry is None:
@@ -111,15 +101,8 @@ class Registry:
             AuthError: the signature does not verify, or an entry names another host.
             AgentAlreadyExists: an ID is already live elsewhere (exclusive only).
         """
-        entries, exclusive = self._open(host, data, sig, "register")
-        foreign = next((e for e in entries if e.get("host") != host), None)
-        if foreign is not None:
-            self.refused += 1
-            self.trail.record(host, REGISTRY_NAME, capability="registry.register",
-                              msg_type="register", outcome="refused: foreign_host")
-            raise AuthError(
-                f"host {host!r} may not register agents of host {foreign.get('host')!r}",
-                details={"reason": "foreign_host", "principal": host})
+        entries, exclusive = self.gate.open(host, data, sig, "register")
+        self.gate.registers_its_own(host, entries)
         self._start()
         # A host given agents is a spare no more, even if an offer it sent before crossed the
         # claim that took it (or it would be handed out again, agents and all).
@@ -162,10 +145,8 @@ class Registry:
         Raises:
             AuthError: the signature does not verify, or another host signed it.
         """
-        agent_ids, host = self._open(principal, data, sig, "deregister")
-        if principal != host and not principal.startswith((SUPERVISOR_PREFIX, DRIVER_PREFIX)):
-            raise AuthError(f"{principal!r} may not deregister the agents of host {host!r}",
-                            details={"reason": "foreign_host", "principal": principal})
+        agent_ids, host = self.gate.open(principal, data, sig, "deregister")
+        self.gate.may_deregister(principal, host)
         removed = 0
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
@@ -184,7 +165,7 @@ class Registry:
         Raises:
             AuthError: the signature does not verify.
         """
-        loads = self._open(host, data, sig, "heartbeat")
+        loads = self.gate.open(host, data, sig, "heartbeat")
         self._start()
         self.last_seen[host] = clock.monotonic()
         unknown = []
@@ -207,7 +188,7 @@ class Registry:
         Raises:
             AuthError: the signature does not verify.
         """
-        node, shape, *bounds = self._open(principal, data, sig, "offer_spare")
+        node, shape, *bounds = self.gate.open(principal, data, sig, "offer_spare")
         self._start()
         now = self.last_seen[principal] = clock.monotonic()
         if any(rec.host == principal for rec in self.records.values()):
@@ -241,11 +222,8 @@ class Registry:
             AgentUnavailable: ``nonces.limit`` nonces are held and none has expired
                 (``details["reason"]``: ``nonce_limit``); retryable, as they expire.
         """
-        nonce, expires_at = self._open(principal, data, sig, "claim_nonce")
-        if not principal.startswith(REMOTE_PREFIX):
-            raise AuthError(f"only a remote agents' host may claim hello nonces, not "
-                            f"{principal!r}", details={"reason": "not_a_remote_host",
-                                                       "principal": principal})
+        nonce, expires_at = self.gate.open(principal, data, sig, "claim_nonce")
+        self.gate.may_claim_nonces(principal)
         return self.nonces.claim(str(nonce), expires_at, clock.now())
 
     async def spares(self) -> dict[str, list[str]]:
@@ -259,7 +237,7 @@ class Registry:
         Raises:
             AuthError: the signature does not verify (or is missing while signing is on).
         """
-        self._open(principal, data, sig, "check_key")
+        self.gate.open(principal, data, sig, "check_key")
 
     async def set_acl(self, principal: str, data: bytes, sig: Any) -> int:
         """Replaces the deployment's ACL (``data``: its document, signed by a driver); hosts
@@ -268,10 +246,8 @@ class Registry:
         Raises:
             AuthError: the signature does not verify, or the caller is not a driver.
         """
-        doc = self._open(principal, data, sig, "set_acl")
-        if not principal.startswith(DRIVER_PREFIX):
-            raise AuthError(f"only a driver may change the ACL, not {principal!r}",
-                            details={"reason": "not_a_driver", "principal": principal})
+        doc = self.gate.open(principal, data, sig, "set_acl")
+        self.gate.may_set_acl(principal)
         acl_from_doc(doc)  # refuse a malformed one here, not in every host
         self.acl_doc, self.acl_version = doc, self.acl_version + 1
         self.trail.record(principal, REGISTRY_NAME, capability="registry.set_acl",
@@ -323,13 +299,10 @@ class Registry:
             AuthError: the signature does not verify, or the signer is not a supervisor or driver
                 (nor, for online and offline, the agents' host).
         """
-        agent_ids, status, *rest = self._open(principal, data, sig, "mark")
+        agent_ids, status, *rest = self.gate.open(principal, data, sig, "mark")
         up_to: dict[str, int] = rest[0] if rest else {}
         to = AgentStatus(status)
-        if not (principal.startswith((SUPERVISOR_PREFIX, DRIVER_PREFIX))
-                or self._hosted_by(principal, agent_ids, to)):
-            raise AuthError(f"{principal!r} may not change the status of agents",
-                            details={"reason": "not_a_supervisor", "principal": principal})
+        self.gate.may_mark(principal, agent_ids, to, self.records)
         for agent_id in agent_ids:
             rec = self.records.get(agent_id)
             if rec is not None and rec.epoch > up_to.get(agent_id, rec.epoch):
@@ -342,11 +315,6 @@ class Registry:
                 # no such agent exists (a fatal error) until it registers again.
                 rec = AgentRecord(agent_id)
             self.records.put(dataclasses.replace(rec, status=to))
-
-    def _hosted_by(self, host: str, agent_ids: list[str], to: AgentStatus) -> bool:
-        """Whether ``host`` holds every one of the agents and marks them online or offline."""
-        return to in (ONLINE, OFFLINE) and all(
-            (rec := self.records.get(i)) is not None and rec.host == host for i in agent_ids)
 
     async def hosts(self) -> list[str]:
         """Names of the hosts alive by their heartbeats, most recent last."""
@@ -369,7 +337,7 @@ class Registry:
         Raises:
             AuthError: the signature does not verify.
         """
-        reports = self._open(principal, data, sig, "report_kills")
+        reports = self.gate.open(principal, data, sig, "report_kills")
         verdicts, letters, fresh = self.poison.judge(reports)
         if letters:
             await self.dead_letter(letters)
@@ -387,7 +355,7 @@ class Registry:
         Raises:
             AuthError: the signature does not verify.
         """
-        return self.poison.forget(self._open(principal, data, sig, "forget_kills"))
+        return self.poison.forget(self.gate.open(principal, data, sig, "forget_kills"))
 
     async def dead_letter(self, letters: list[DeadLetter]) -> None:
         """Records messages that could not be delivered, with their reasons (bounded)."""
@@ -451,7 +419,7 @@ class Registry:
         return {"incarnation": self.incarnation, "agents": len(self.records),
                 "tags": len(self.records.by_tag),
                 "hosts": len(self.last_seen), "rss_bytes": rss_bytes(),
-                "refused": self.refused, "signed": self.guard is not None,
+                "refused": self.gate.refused, "signed": self.gate.guard is not None,
                 "nonces": len(self.nonces),
                 "dead_letters": len(self.dead_letters_),
                 "spares": self.spare_pool.stats(clock.monotonic())}
