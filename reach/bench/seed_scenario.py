@@ -148,8 +148,14 @@ async def contestant(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             disconnect()
     kind, security = REACH[args.contestant]
-    rt = reach.init(address=args.address, log_to_driver=False, sign=security["sign"],
-                    encrypt=security["encrypt"], audit_calls=security["audit_calls"])
+    return await reach_round(args, name, kind, **security)
+
+
+async def reach_round(args: argparse.Namespace, name: str, kind: str,
+                      **settings: Any) -> dict[str, Any]:
+    """A reach contestant's round ``name`` in a driver of its own, started by ``reach.init``
+    with ``settings``: its agents packed (``kind`` "packed") or dedicated."""
+    rt = reach.init(address=args.address, log_to_driver=False, **settings)
     # Fresh hosts every round: every contestant starts as the first one did.
     placement = reach.Packed(pool=name, size=2) if kind == "packed" else reach.Dedicated()
     result = await run_reach(rt, placement, name, args.messages, args.inflight)
@@ -183,6 +189,23 @@ def run_contestant(name: str, address: str, args: argparse.Namespace, round_: in
     return result
 
 
+async def best_rounds(contestants: Sequence[str], address: str, args: argparse.Namespace, *,
+                      module: str = "reach.bench.seed_scenario") -> dict[str, Any]:
+    """Runs ``args.rounds`` rounds of every contestant (each a driver of its own, see
+    :func:`run_contestant`), in alternating order, each once the machine is quiet; the best
+    round of each (by msg/s), in the order of ``contestants``."""
+    best: dict[str, Any] = {}
+    for round_ in range(args.rounds):
+        order = contestants if round_ % 2 == 0 else contestants[::-1]  # no fixed first
+        for name in order:
+            await settle()
+            result = run_contestant(name, address, args, round_, module=module)
+            show(f"{name} #{round_ + 1}", result)
+            if name not in best or result["msgs_per_s"] > best[name]["msgs_per_s"]:
+                best[name] = result
+    return {name: best[name] for name in contestants}
+
+
 async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     """Runs every round of every contestant; their best rounds, compared."""
     # This driver starts Ray and reach's registry and store (or joins them), then only
@@ -190,17 +213,8 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     rt = reach.init(address=args.address, log_to_driver=False, sign=False)
     address = args.address or gcs_address()
     await rt.agents()  # reach.init returns before its registry is up
-    best: dict[str, Any] = {}
     print(f"{AGENTS} agents, {args.inflight} requests in flight, {args.messages} messages each")
-    for round_ in range(args.rounds):
-        order = CONTESTANTS if round_ % 2 == 0 else CONTESTANTS[::-1]  # no fixed first
-        for name in order:
-            await settle()
-            result = run_contestant(name, address, args, round_)
-            show(f"{name} #{round_ + 1}", result)
-            if name not in best or result["msgs_per_s"] > best[name]["msgs_per_s"]:
-                best[name] = result
-    results = {name: best[name] for name in CONTESTANTS}
+    results = await best_rounds(CONTESTANTS, address, args)
     for name in CONTESTANTS:
         show(name, results[name])
     raw = results["raw"]["msgs_per_s"]
@@ -218,23 +232,31 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the seed scenario (or, with ``--contestant``, one round of one contestant)."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def parse_args(argv: Sequence[str] | None, description: str, contestants: Sequence[str],
+               quick_help: str) -> argparse.Namespace:
+    """The flags of a benchmark of contestants taking turns (``quick_help``: what ``--quick``
+    does, as its help says)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--inflight", type=int, default=100)
     parser.add_argument("--address", default=None)
-    parser.add_argument("--quick", action="store_true",
-                        help="1,000 messages, 50 in flight; figures to the quick/ subfolder")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--rounds", type=int, default=3,
                         help="turns each contestant takes (its best one is reported)")
-    parser.add_argument("--contestant", choices=CONTESTANTS, default=None,
+    parser.add_argument("--contestant", choices=contestants, default=None,
                         help="run one round of one contestant (a child driver), print its JSON")
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     add_out(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.inflight, args.rounds = 1000, 50, 1
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the seed scenario (or, with ``--contestant``, one round of one contestant)."""
+    args = parse_args(argv, (__doc__ or "").splitlines()[0], CONTESTANTS,
+                      "1,000 messages, 50 in flight; figures to the quick/ subfolder")
     if args.contestant:
         print(json.dumps(asyncio.run(contestant(args))), flush=True)
         return 0

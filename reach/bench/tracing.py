@@ -24,10 +24,8 @@ from typing import Any
 
 import reach
 from reach.bench.anchors import gcs_address
-from reach.bench.quiet import settle
-from reach.bench.results import add_out, write
-from reach.bench.seed_scenario import AGENTS, run_reach, show
-from reach.bench.seed_scenario import run_contestant as _seed_round
+from reach.bench.results import write
+from reach.bench.seed_scenario import AGENTS, best_rounds, parse_args, reach_round, show
 
 #: Each contestant's tracing (None: off).
 SAMPLING: dict[str, float | None] = {"off": None, "sampled_1pct": 0.01, "sampled_100pct": 1.0}
@@ -35,16 +33,12 @@ CONTESTANTS = tuple(SAMPLING)
 
 
 async def contestant(args: argparse.Namespace) -> dict[str, Any]:
-    """One round of one contestant, in this (child) driver process."""
-    name = f"tr-{args.contestant}-{args.round}"
+    """One round of one contestant, in this (child) driver process: the seed scenario's packed
+    round, security off, tracing as the contestant says."""
     ratio = SAMPLING[args.contestant]
     tracing: reach.Tracing | bool = False if ratio is None else reach.Tracing(sample_ratio=ratio)
-    rt = reach.init(address=args.address, log_to_driver=False, sign=False, encrypt=False,
-                    audit_calls=False, tracing=tracing)
-    result = await run_reach(rt, reach.Packed(pool=name, size=2), name, args.messages,
-                             args.inflight)
-    await rt.close()
-    return result
+    return await reach_round(args, f"tr-{args.contestant}-{args.round}", "packed", sign=False,
+                             encrypt=False, audit_calls=False, tracing=tracing)
 
 
 async def conduct(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,17 +46,9 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     rt = reach.init(address=args.address, log_to_driver=False, sign=False, tracing=False)
     address = args.address or gcs_address()
     await rt.agents()  # reach.init returns before its registry is up
-    best: dict[str, Any] = {}
     print(f"{AGENTS} packed agents, {args.inflight} requests in flight, {args.messages} "
           "messages each")
-    for round_ in range(args.rounds):
-        order = CONTESTANTS if round_ % 2 == 0 else CONTESTANTS[::-1]
-        for name in order:
-            await settle()
-            result = _seed_round(name, address, args, round_, module="reach.bench.tracing")
-            show(f"{name} #{round_ + 1}", result)
-            if name not in best or result["msgs_per_s"] > best[name]["msgs_per_s"]:
-                best[name] = result
+    best = await best_rounds(CONTESTANTS, address, args, module="reach.bench.tracing")
     off = best["off"]["msgs_per_s"]
     for name in CONTESTANTS:
         best[name]["cost_vs_off"] = round(1 - best[name]["msgs_per_s"] / off, 3)
@@ -70,26 +56,13 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     print("cost of tracing vs off: " + ", ".join(
         f"{name} {best[name]['cost_vs_off']:.1%}" for name in CONTESTANTS[1:]))
     await rt.close()
-    return {name: best[name] for name in CONTESTANTS}
+    return best
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the comparison (or, with ``--contestant``, one round of one contestant)."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--messages", type=int, default=5000)
-    parser.add_argument("--inflight", type=int, default=100)
-    parser.add_argument("--address", default=None)
-    parser.add_argument("--quick", action="store_true",
-                        help="1,000 messages, 50 in flight, one round; figures to quick/")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="turns each contestant takes (its best one is reported)")
-    parser.add_argument("--contestant", choices=CONTESTANTS, default=None,
-                        help="run one round of one contestant (a child driver), print its JSON")
-    parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
-    add_out(parser)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.messages, args.inflight, args.rounds = 1000, 50, 1
+    args = parse_args(argv, (__doc__ or "").splitlines()[0], CONTESTANTS,
+                      "1,000 messages, 50 in flight, one round; figures to quick/")
     if args.contestant:
         print(json.dumps(asyncio.run(contestant(args))), flush=True)
         return 0
