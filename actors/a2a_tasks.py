@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from actors.a2a_storage import A2ACursor
 from actors.group_commit import GroupCommit
-from actors.session_storage import A2ACursor, WriteBatch, Written
+from actors.session_storage import WriteBatch, Written
 from reach.errors import AuthError, ProtocolError
 
 #: An A2A task to save: its ID, owner, context ID, state, status timestamp (ns) and document.
@@ -81,6 +82,20 @@ class A2ATasks:
         page = rows[:page_size]
         last = (page[-1][1], page[-1][0]) if len(rows) > page_size else None
         return [doc for *_, doc in page], last, total
+
+    async def recent(self, limit: int) -> list[A2ARow]:
+        """The ``limit`` most recently updated tasks of every owner, newest first, as
+        :data:`A2ARow` (owner before context).
+
+        Raises:
+            ProtocolError: ``limit`` is below 1.
+        """
+        if limit < 1:
+            raise ProtocolError(f"limit must be at least 1, got {limit}",
+                                details={"rule": "a2a_recent_limit"})
+        await self.writer.ready()
+        rows = await self.writer.storage.a2a_recent(limit)
+        return [(t, o, c, st, up, doc) for t, c, o, st, up, doc in rows]
 
     async def delete(self, task_id: str, owner: str) -> bool:
         """Deletes a task of ``owner``, once committed; False if the owner had none."""

@@ -21,15 +21,9 @@ from typing import Any, Protocol
 import aiosqlite
 import msgpack
 
+from actors.a2a_storage import A2A_SAVE, A2A_SCHEMA, A2ACursor, A2ATaskQueries, A2ATaskRow
 from policies.audit import GENESIS
 from reach.errors import StorageError
-
-#: An A2A task row: ``(task_id, context_id, owner, state, updated, doc)``; ``state`` is the
-#: ``TaskState`` number, ``updated`` its status timestamp in epoch nanoseconds (None if it has
-#: none), ``doc`` the serialized ``Task``.
-A2ATaskRow = tuple[str, str, str, int, int | None, bytes]
-#: A position in the A2A list order: ``(updated, task_id)`` of a task.
-A2ACursor = tuple[int | None, str]
 
 
 @dataclass
@@ -138,6 +132,9 @@ class SessionStorage(Protocol):
         ``after`` (or from it, if ``inclusive``), and how many tasks pass the filters in all.
         An empty ``context_id``, a ``state`` of 0 or no ``updated_after`` filter nothing."""
 
+    async def a2a_recent(self, limit: int) -> list[A2ATaskRow]:
+        """The ``limit`` most recently updated A2A tasks of every owner, newest first."""
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions(
@@ -162,12 +159,7 @@ CREATE TABLE IF NOT EXISTS claims(
 CREATE TABLE IF NOT EXISTS audit(
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,
     record TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS a2a_tasks(
-    task_id TEXT PRIMARY KEY, context_id TEXT NOT NULL, owner TEXT NOT NULL,
-    state INTEGER NOT NULL, updated INTEGER, doc BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS a2a_tasks_by_owner ON a2a_tasks(owner, updated, task_id);
-CREATE INDEX IF NOT EXISTS a2a_tasks_by_context ON a2a_tasks(owner, context_id, updated, task_id);
-"""
+""" + A2A_SCHEMA
 
 
 async def _claim(db: aiosqlite.Connection, request_id: str, agent_id: str, at: float) -> int:
@@ -182,26 +174,6 @@ async def _claim(db: aiosqlite.Connection, request_id: str, agent_id: str, at: f
     return int(row[0])
 
 
-#: Inserts an A2A task, or replaces it if the same owner has it (another owner's is kept).
-_A2A_SAVE = (
-    "INSERT INTO a2a_tasks(task_id, context_id, owner, state, updated, doc) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET "
-    "context_id = excluded.context_id, state = excluded.state, updated = excluded.updated, "
-    "doc = excluded.doc WHERE a2a_tasks.owner = excluded.owner")
-
-
-def _a2a_after(after: A2ACursor | None, inclusive: bool) -> tuple[str, tuple[Any, ...]]:
-    """The SQL condition (and its arguments) of the tasks past ``after`` in the list order."""
-    if after is None:
-        return "1", ()
-    updated, task_id = after
-    op = "<=" if inclusive else "<"
-    if updated is None:
-        return f"updated IS NULL AND task_id {op} ?", (task_id,)
-    return (f"(updated < ? OR (updated = ? AND task_id {op} ?) OR updated IS NULL)",
-            (updated, updated, task_id))
-
-
 def pack(value: Any) -> bytes:
     """msgpack with strict UTF-8, as on the wire."""
     packed: bytes = msgpack.packb(value, use_bin_type=True, unicode_errors="strict")
@@ -213,7 +185,7 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, unicode_errors="strict")
 
 
-class SqliteStorage:
+class SqliteStorage(A2ATaskQueries):
     """SQLite in WAL mode.
 
     Args:
@@ -304,7 +276,7 @@ class SqliteStorage:
                     "INSERT INTO audit(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)",
                     batch.audit)
             for row in batch.a2a_saves:
-                cursor = await db.execute(_A2A_SAVE, row)
+                cursor = await db.execute(A2A_SAVE, row)
                 written.a2a_saved.append(cursor.rowcount == 1)
             for task_id, owner in batch.a2a_deletes:
                 cursor = await db.execute("DELETE FROM a2a_tasks WHERE task_id = ? AND owner = ?",
@@ -399,41 +371,6 @@ class SqliteStorage:
         async with self.db.execute(sql, (*args, limit)) as cur:
             rows = list(await cur.fetchall())
         return [{"seq": seq, "at": at, **json.loads(text)} for seq, at, text in reversed(rows)]
-
-    async def a2a_task(self, task_id: str, owner: str) -> bytes | None:
-        """See :class:`SessionStorage`."""
-        async with self.db.execute("SELECT doc FROM a2a_tasks WHERE task_id = ? AND owner = ?",
-                                   (task_id, owner)) as cur:
-            row = await cur.fetchone()
-        return None if row is None else bytes(row[0])
-
-    async def a2a_tasks(self, owner: str, *, context_id: str, state: int,
-                        updated_after: int | None, limit: int, after: A2ACursor | None,
-                        inclusive: bool) -> tuple[list[tuple[str, int | None, bytes]], int]:
-        """See :class:`SessionStorage`: the count and the page in one statement."""
-        where = ["owner = ?"]
-        args: list[Any] = [owner]
-        if context_id:
-            where.append("context_id = ?")
-            args.append(context_id)
-        if state:
-            where.append("state = ?")
-            args.append(state)
-        if updated_after is not None:
-            where.append("updated >= ?")
-            args.append(updated_after)
-        filters = " AND ".join(where)
-        past, past_args = _a2a_after(after, inclusive)
-        # SQLite sorts NULL lowest, so descending order puts the tasks without a timestamp last;
-        # the one-row left side gives the count even when the page is empty.
-        sql = (f"SELECT (SELECT COUNT(*) FROM a2a_tasks WHERE {filters}), p.task_id, p.updated, "
-               f"p.doc FROM (SELECT 1) LEFT JOIN (SELECT task_id, updated, doc FROM a2a_tasks "
-               f"WHERE {filters} AND {past} ORDER BY updated DESC, task_id DESC LIMIT ?) AS p "
-               "ORDER BY p.updated DESC, p.task_id DESC")
-        async with self.db.execute(sql, (*args, *args, *past_args, limit)) as cur:
-            rows = list(await cur.fetchall())
-        total = int(rows[0][0]) if rows else 0
-        return [(r[1], r[2], bytes(r[3])) for r in rows if r[1] is not None], total
 
     async def integrity(self) -> str:
         """See :class:`SessionStorage`."""

@@ -25,11 +25,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from actors.a2a_storage import A2ACursor
 from actors.a2a_tasks import A2ARow, A2ATasks
 from actors.audit_chain import AuditChain
 from actors.group_commit import GroupCommit, Stage, StaleStage
 from actors.session_storage import (
-    A2ACursor,
     SessionStorage,
     SqliteStorage,
     WriteBatch,
@@ -376,6 +376,16 @@ class SessionStore:
     async def a2a_delete(self, task_id: str, owner: str) -> bool:
         """Deletes an A2A task of ``owner``, once committed; False if the owner had none."""
         return await self.a2a.delete(task_id, owner)
+
+    async def a2a_recent(self, limit: int) -> list[A2ARow]:
+        """The ``limit`` most recently updated A2A tasks of every owner, newest first, as
+        ``(task_id, owner, context_id, state, updated, doc)`` (for the cluster's operators: the
+        observer; a caller reads its own tasks only, through :meth:`a2a_list`).
+
+        Raises:
+            ProtocolError: ``limit`` is below 1.
+        """
+        return await self.a2a.recent(limit)
 
     async def integrity(self) -> str:
         """``ok`` when SQLite's integrity check finds nothing wrong."""

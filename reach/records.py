@@ -290,6 +290,29 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class A2ATaskSummary:
+    """An A2A task of the gateway, as the cluster's operators see it (the observer).
+
+    Attributes:
+        task_id: The task's ID.
+        owner: The caller that owns it (the principal its gateway token names).
+        context_id: Its A2A context.
+        state: A2A's task state, lower case without its prefix (``completed``, ``working``...).
+        updated: Its status timestamp (epoch seconds; None if it has none).
+        target: The agent ID or capability it was sent to (empty when not recorded).
+        trace_id: Its trace (empty when not recorded).
+    """
+
+    task_id: str
+    owner: str
+    context_id: str
+    state: str
+    updated: float | None
+    target: str = ""
+    trace_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class SessionMessage:
     """One message of a session, numbered by the session's sequence."""
 
@@ -345,6 +368,7 @@ class SessionResume:
 
 
 __all__ = [
+    "A2ATaskSummary",
     "AgentExit",
     "AgentRecord",
     "AgentStatus",

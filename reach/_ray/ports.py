@@ -325,6 +325,10 @@ class RayA2ATasks(RayPort, A2ATaskPort):
         """See :meth:`reach.ports.a2a_tasks.A2ATaskPort.a2a_delete`."""
         return self.call("a2a_delete", task_id, owner)
 
+    def a2a_recent(self, limit: int) -> Awaitable[list[A2ATaskRow]]:
+        """See :meth:`reach.ports.a2a_tasks.A2ATaskPort.a2a_recent`."""
+        return self.call("a2a_recent", limit)
+
 
 class RayTraceStore(RayPort, TraceStorePort):
     """The trace store (``actors/trace_store.py``)."""

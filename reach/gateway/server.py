@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from a2a.server.request_handlers.response_helpers import (
@@ -62,7 +63,7 @@ from reach.a2a.server.handler import (
     ReachRequestHandler,
 )
 from reach.a2a.server.intake import jsonrpc_routes
-from reach.a2a.server.task_store import ReachTaskStore
+from reach.a2a.server.task_store import ReachTaskStore, recent_tasks
 from reach.driver import Driver
 from reach.errors import AgentUnavailable, ConfigError, ReachError
 from reach.observe.routes import ObserverRoutes, is_observer_api, is_public
@@ -127,7 +128,8 @@ class GatewayServer:
             CallLimits(default_timeout_ms=options.timeout_ms), self._channel.grace_s,
             self._channel.queue_limit)
         #: The observer's looks at the cluster (only while a page watches).
-        self.sampler = Sampler(cluster, traces=cluster.trace_store)
+        self.sampler = Sampler(cluster, traces=cluster.trace_store,
+                               tasks=partial(recent_tasks, cluster.a2a_tasks()))
         #: The routes under the gate (the channel's WebSocket route passes it untouched: the
         #: channel checks the token itself).
         self.starlette = self._routes()

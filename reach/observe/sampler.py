@@ -1,7 +1,8 @@
 """The observer's one look at the cluster per second, shared by every page a replica serves.
 
 A :class:`Sampler` asks the cluster's ports (the registry, every supervisor, a few hosts a
-tick for their message counters, the trace store) once per :data:`TICK_S` while at least one
+tick for their message counters, the trace store, the A2A gateway's most recent tasks where the
+gateway gives it them) once per :data:`TICK_S` while at least one
 page watches, and makes a :class:`~reach.observe.snapshot.Snapshot` of the answers: however
 many pages watch, the cluster is asked once a tick, and a replica no page watches asks nothing.
 Each call is bounded by a timeout; a part that did not answer keeps its last value (a
@@ -25,7 +26,13 @@ from reach.observe.trees import RestartEvent, new_restarts
 from reach.observe.views import spare_names
 from reach.ports.cluster import Cluster, NodeInfo
 from reach.ports.traces import TraceStorePort
-from reach.records import AgentRecord, DeadLetter, SupervisorState, SupervisorStatus
+from reach.records import (
+    A2ATaskSummary,
+    AgentRecord,
+    DeadLetter,
+    SupervisorState,
+    SupervisorStatus,
+)
 from reach.spans import TraceEdge, TraceStoreStats
 
 log = logging.getLogger("reach.observe")
@@ -41,6 +48,8 @@ CALL_TIMEOUT_S = 2.0
 HOSTS_PER_TICK = 32
 #: The message graph's window.
 GRAPH_WINDOW_S = 60.0
+#: The A2A tasks a look reads (the most recently updated).
+TASKS_READ = 100
 #: How many restart events are kept for pages that fell behind.
 RESTARTS_KEPT = 500
 
@@ -93,13 +102,18 @@ class Sampler:
         cluster: The deployment.
         traces: The trace store (called on each look: a store that restarted is found anew);
             None when there is none to show.
+        tasks: The A2A gateway's most recently updated tasks of every caller, at most the
+            number it is given, newest first; None when there are none to show.
         now: The clock (epoch seconds).
     """
 
     def __init__(self, cluster: Cluster, traces: Callable[[], TraceStorePort] | None = None,
+                 tasks: Callable[[int], Awaitable[Sequence[A2ATaskSummary]]] | None = None,
                  now: Callable[[], float] = clock.now) -> None:
         self._cluster = cluster
         self._traces = traces
+        self._tasks = tasks
+        self._recent_tasks: Sequence[A2ATaskSummary] = ()
         self._clock = now
         self._rates = RateMeter()
         self._turn = 0
@@ -186,7 +200,7 @@ class Sampler:
                       spares=spares, statuses={s.name: s for s in statuses},
                       letters=letters, dead_letters=stats["dead_letters"],
                       messages_per_s=self._rates.total(), edges=edges, window_s=GRAPH_WINDOW_S,
-                      trace_stats=trace_stats)
+                      trace_stats=trace_stats, tasks=await self._task_part())
 
     async def _status(self, name: str) -> SupervisorStatus:
         try:
@@ -227,6 +241,18 @@ class Sampler:
             log.debug("the trace store did not answer: %s", exc)
             return None, None
         return edges, stats
+
+    async def _task_part(self) -> Sequence[A2ATaskSummary] | None:
+        """The most recent A2A tasks (None: none to show); the last ones read while the session
+        store does not answer."""
+        source = self._tasks
+        if source is None:
+            return None
+        try:
+            self._recent_tasks = await _bounded(lambda: source(TASKS_READ))
+        except Exception as exc:  # the session store restarting: the last tasks read stay
+            log.debug("the A2A tasks were not read: %s", exc)
+        return self._recent_tasks
 
     # -- watching ------------------------------------------------------------------------------
 
@@ -279,5 +305,5 @@ class Sampler:
                 await self._loop
 
 
-__all__ = ["CALL_TIMEOUT_S", "GRAPH_WINDOW_S", "HOSTS_PER_TICK", "TICK_S", "RateMeter",
-           "Sampler"]
+__all__ = ["CALL_TIMEOUT_S", "GRAPH_WINDOW_S", "HOSTS_PER_TICK", "TASKS_READ", "TICK_S",
+           "RateMeter", "Sampler"]

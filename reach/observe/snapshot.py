@@ -3,7 +3,8 @@
 A :class:`Snapshot` is what the observer's sampler (:mod:`reach.observe.sampler`) sees on one
 tick, as JSON-ready parts (the cluster at a glance, the supervision trees, the agents
 aggregated per host and per capability, the message graph, the recent dead letters, the trace
-store's figures); :func:`build` makes one from the typed answers of the cluster's ports.
+store's figures, the A2A gateway's recent tasks); :func:`build` makes one from the typed
+answers of the cluster's ports.
 Each page's stream is sent a part only when it changed since that page last got it
 (:func:`delta`, by a digest of each part), and every restart event once, so that a quiet
 cluster costs a page a few bytes a second and a page that falls behind skips to the newest
@@ -22,11 +23,13 @@ from reach.observe.traces_view import graph
 from reach.observe.trees import RestartEvent, forest
 from reach.observe.views import GroupBy, agent_groups, cluster_view, spare_names
 from reach.ports.cluster import NodeInfo
-from reach.records import AgentRecord, DeadLetter, SupervisorStatus
+from reach.records import A2ATaskSummary, AgentRecord, DeadLetter, SupervisorStatus
 from reach.spans import TraceEdge, TraceStoreStats
 
 #: The dead letters a snapshot carries (the newest).
 LETTERS_SHOWN = 100
+#: The A2A tasks a snapshot carries (the most recently updated).
+TASKS_SHOWN = 100
 #: The groups per host and per capability a snapshot carries (the largest).
 GROUPS_SHOWN = 50
 
@@ -51,6 +54,8 @@ class Inputs:
         edges: The trace store's edges over the graph's window (None: no trace store).
         window_s: That window's length.
         trace_stats: The trace store's figures (None: no trace store).
+        tasks: The A2A gateway's most recently updated tasks, newest first (None: none to
+            show).
     """
 
     at: float
@@ -65,6 +70,7 @@ class Inputs:
     edges: Sequence[TraceEdge] | None = None
     window_s: float = 60.0
     trace_stats: TraceStoreStats | None = None
+    tasks: Sequence[A2ATaskSummary] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +80,8 @@ class Snapshot:
     Attributes:
         seq: Its number (one more on each tick).
         at: When it was taken (epoch seconds).
-        parts: ``cluster``, ``trees``, ``groups``, ``graph``, ``letters``, ``traces``.
+        parts: ``cluster``, ``trees``, ``groups``, ``graph``, ``letters``, ``traces``,
+            ``tasks``.
         restarts: Restarts new since the previous snapshot, oldest first.
     """
 
@@ -87,6 +94,18 @@ class Snapshot:
 
 def _digest(part: Json) -> str:
     return hashlib.blake2b(json.dumps(part, sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
+def _tasks_part(tasks: Sequence[A2ATaskSummary] | None) -> Json:
+    """The A2A tasks part: the newest tasks, and how many of them are in each state."""
+    if tasks is None:
+        return {"available": False}
+    shown = tasks[:TASKS_SHOWN]
+    states: dict[str, int] = {}
+    for task in shown:
+        states[task.state] = states.get(task.state, 0) + 1
+    return {"available": True, "recent": [asdict(t) for t in shown],
+            "states": dict(sorted(states.items()))}
 
 
 def build(seq: int, inputs: Inputs, restarts: Sequence[RestartEvent] = ()) -> Snapshot:
@@ -108,6 +127,7 @@ def build(seq: int, inputs: Inputs, restarts: Sequence[RestartEvent] = ()) -> Sn
                   {"available": True, **asdict(graph(inputs.edges, inputs.window_s))}),
         "traces": ({"available": False} if inputs.trace_stats is None else
                    {"available": True, **asdict(inputs.trace_stats)}),
+        "tasks": _tasks_part(inputs.tasks),
     }
     # The message rate moves on every tick; the cluster part is small, and sent each time.
     digests = {name: _digest(part) for name, part in parts.items()}
@@ -135,5 +155,5 @@ def sse(data: Json, event: str = "snapshot", event_id: int | None = None) -> byt
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-__all__ = ["GROUPS_SHOWN", "LETTERS_SHOWN", "Inputs", "Json", "Snapshot", "build", "delta",
-           "sse"]
+__all__ = ["GROUPS_SHOWN", "LETTERS_SHOWN", "TASKS_SHOWN", "Inputs", "Json", "Snapshot", "build",
+           "delta", "sse"]

@@ -48,5 +48,10 @@ class A2ATaskPort(Protocol):
         """Deletes an A2A task of ``owner``; False if the owner had none."""
         ...
 
+    def a2a_recent(self, limit: int) -> Awaitable[list[A2ATaskRow]]:
+        """The ``limit`` most recently updated A2A tasks of every owner, newest first (those
+        without a status timestamp last): what the cluster's operators see, not a caller."""
+        ...
+
 
 __all__ = ["A2ACursor", "A2ATaskPort", "A2ATaskRow"]

@@ -130,6 +130,10 @@ class FakeA2ATasks(FakePort, A2ATaskPort):
         """See :meth:`reach.ports.a2a_tasks.A2ATaskPort.a2a_delete`."""
         return self.call("a2a_delete", task_id, owner)
 
+    def a2a_recent(self, limit: int) -> Awaitable[list[A2ATaskRow]]:
+        """See :meth:`reach.ports.a2a_tasks.A2ATaskPort.a2a_recent`."""
+        return self.call("a2a_recent", limit)
+
 
 class FakeTraceStore(FakePort, TraceStorePort):
     """The trace store (``actors/trace_store.py``)."""

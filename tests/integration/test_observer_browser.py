@@ -247,6 +247,29 @@ async def test_a_requests_waterfall_shows_router_then_logistics_and_the_graph_th
     await expect(page.locator("#edges")).to_contain_text("obs-logistics-1")
 
 
+async def test_an_a2a_callers_task_is_listed_with_its_state_and_the_caller(
+        rt: Any, observed: Observed, page: Any) -> None:
+    import httpx
+    from playwright.async_api import expect
+
+    partner = token_for(rt.cluster.guard().keyring, "obs-partner")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": secrets.token_hex(8), "role": "ROLE_USER",
+        "parts": [{"data": {"customer": "obs", "text": "Where is my parcel C-77?"}}]}}}
+    async with httpx.AsyncClient(timeout=30) as client:
+        reply = await client.post(f"{observed.url}/agents/obs-router", json=body, headers={
+            "A2A-Version": "1.0", "Authorization": f"Bearer {partner}"})
+    assert reply.status_code == 200, reply.text
+    task = reply.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    await open_view(page, observed, "tasks")
+    row = page.locator(f'#tasks tr[data-task="{task["id"]}"]')
+    await expect(row).to_have_count(1, timeout=SEEN_MS)
+    await expect(row).to_contain_text("completed")
+    await expect(row).to_contain_text("obs-partner")
+    await expect(row).to_contain_text("obs-router")
+
+
 @pytest.mark.skipif(not os.environ.get("REACH_OBSERVER_SHOTS"),
                     reason="writes the README's screenshots: set REACH_OBSERVER_SHOTS=1")
 async def test_screenshots_of_each_page(observed: Observed, page: Any) -> None:
@@ -254,7 +277,7 @@ async def test_screenshots_of_each_page(observed: Observed, page: Any) -> None:
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     await open_view(page, observed, "cluster")
-    for view in ("cluster", "trees", "agents", "graph", "traces", "letters"):
+    for view in ("cluster", "trees", "agents", "graph", "traces", "letters", "tasks"):
         await page.click(f'#tabs a[data-view="{view}"]')
         await expect(page.locator(f"#view-{view}")).to_be_visible()
         if view == "agents":

@@ -207,6 +207,32 @@ def test_dead_letters_are_listed_with_their_reasons_poison_included(tmp_path: Pa
     on_gateway(scenario, tmp_path)
 
 
+def test_a2a_tasks_of_every_caller_are_shown_with_their_state_caller_and_trace(
+        tmp_path: Path) -> None:
+    async def scenario(fake: FakeCluster, client: httpx.AsyncClient, token: str) -> None:
+        guard = fake.guard()
+        assert guard is not None
+        for n, caller in enumerate(("partner", "auditor")):
+            body = {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": {
+                "messageId": f"m-{n}", "role": "ROLE_USER", "parts": [{"data": {"n": n}}]}}}
+            reply = await client.post("/agents/obs-clerk", json=body, headers={
+                "A2A-Version": "1.0", **bearer(token_for(guard.keyring, caller))})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        shot = (await client.get("/observe/api/snapshot", headers=bearer(token))).json()
+        tasks = shot["tasks"]
+        assert tasks["available"] is True
+        assert tasks["states"] == {"completed": 2}
+        rows = tasks["recent"]
+        assert {r["owner"].rpartition(":")[2] for r in rows} == {"partner", "auditor"}
+        for row in rows:
+            assert row["target"] == "obs-clerk"
+            assert row["trace_id"] == row["task_id"]  # the task's ID is its trace's
+            assert row["updated"] is not None
+
+    on_gateway(scenario, tmp_path)
+
+
 def test_the_gateways_observer_reads_the_clusters_trace_store(tmp_path: Path) -> None:
     async def scenario(fake: FakeCluster, client: httpx.AsyncClient, token: str) -> None:
         empty = await client.get("/observe/api/traces", headers=bearer(token))

@@ -4,6 +4,7 @@ graph, and what a watching page is sent."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from reach.observe.sampler import RateMeter
@@ -21,6 +22,7 @@ from reach.observe.views import (
 )
 from reach.ports.cluster import NodeInfo
 from reach.records import (
+    A2ATaskSummary,
     AgentRecord,
     AgentStatus,
     ChildKind,
@@ -204,7 +206,8 @@ def inputs(at: float, records: list[AgentRecord]) -> Inputs:
 def test_a_page_is_sent_every_part_first_then_only_the_parts_that_changed() -> None:
     first = build(1, inputs(1.0, [record("a", "x")]))
     message, held = delta(first, {})
-    assert {"cluster", "trees", "groups", "graph", "letters", "traces"} <= set(message)
+    assert {"cluster", "trees", "groups", "graph", "letters", "traces", "tasks"} <= set(message)
+    assert message["tasks"] == {"available": False}  # a gateway that gave no task source
     same = build(2, inputs(2.0, [record("a", "x")]))
     quiet, held = delta(same, held)
     assert set(quiet) == {"seq", "at", "restarts"}
@@ -216,6 +219,16 @@ def test_a_page_is_sent_every_part_first_then_only_the_parts_that_changed() -> N
     assert frame.startswith("id: 3\nevent: snapshot\ndata: ")
     assert frame.endswith("\n\n")
     assert json.loads(frame.split("data: ", 1)[1])["seq"] == 3
+
+
+def test_a2a_tasks_are_shown_newest_first_with_a_count_per_state() -> None:
+    tasks = [A2ATaskSummary(f"t{n}", "gateway:partner", "c1", state, 10.0 - n, "orders-1")
+             for n, state in enumerate(("working", "completed", "completed", "failed"))]
+    part = build(1, dataclasses.replace(inputs(1.0, []), tasks=tasks)).parts["tasks"]
+    assert part["available"] is True
+    assert part["states"] == {"completed": 2, "failed": 1, "working": 1}
+    assert [t["task_id"] for t in part["recent"]] == ["t0", "t1", "t2", "t3"]
+    assert part["recent"][0]["owner"] == "gateway:partner"
 
 
 def test_the_message_rate_is_the_hosts_counters_over_time_and_a_restarted_host_starts_anew(

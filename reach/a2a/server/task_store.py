@@ -56,6 +56,7 @@ from policies.backoff import poll_delay
 from reach import clock
 from reach.errors import AgentUnavailable, AuthError
 from reach.ports.a2a_tasks import A2ACursor, A2ATaskPort, A2ATaskRow
+from reach.records import A2ATaskSummary
 
 log = logging.getLogger("reach.gateway.tasks")
 
@@ -261,6 +262,29 @@ def _timestamp_ns(task: Task) -> int | None:
     return task.status.timestamp.ToNanoseconds() if task.status.HasField("timestamp") else None
 
 
+def summary(row: A2ATaskRow) -> A2ATaskSummary:
+    """A stored task as the cluster's operators see it: its row's columns, with the target and
+    trace its reach metadata names (neither, from a document that does not decode)."""
+    task_id, owner, context_id, state, updated, doc = row
+    name = TaskState.Name(state) if state in TaskState.values() else "TASK_STATE_UNSPECIFIED"
+    meta: dict[str, str] = {}
+    try:
+        fields = Task.FromString(doc).metadata.fields
+        if "reach" in fields:
+            meta = {k: v.string_value for k, v in fields["reach"].struct_value.fields.items()}
+    except Exception as exc:  # a row the SDK cannot read still shows its columns
+        log.warning("task %s of %s does not decode: %s", task_id, owner, exc)
+    return A2ATaskSummary(task_id=task_id, owner=owner, context_id=context_id,
+                          state=name.removeprefix("TASK_STATE_").lower(),
+                          updated=None if updated is None else updated / 1e9,
+                          target=meta.get("target", ""), trace_id=meta.get("trace_id", ""))
+
+
+async def recent_tasks(store: A2ATaskPort, limit: int) -> list[A2ATaskSummary]:
+    """The ``limit`` most recently updated tasks of every owner, newest first, summarised."""
+    return [summary(row) for row in await store.a2a_recent(limit)]
+
+
 def _shown(task: Task, params: ListTasksRequest) -> Task:
     """A listed task as the request asks to see it: artifacts only if asked for, and the last
     ``history_length`` messages of its history (all if none is given)."""
@@ -269,4 +293,4 @@ def _shown(task: Task, params: ListTasksRequest) -> Task:
     return apply_history_length(task, params)
 
 
-__all__ = ["ReachTaskStore"]
+__all__ = ["ReachTaskStore", "recent_tasks", "summary"]

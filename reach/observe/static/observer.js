@@ -128,7 +128,7 @@ function receive(message) {
   state.lastMessage = Date.now();
   setLive("on");
   const changed = [];
-  for (const name of ["cluster", "trees", "groups", "graph", "letters", "traces"]) {
+  for (const name of ["cluster", "trees", "groups", "graph", "letters", "traces", "tasks"]) {
     if (name in message) { state.parts[name] = message[name]; changed.push(name); }
   }
   for (const r of message.restarts || []) state.flashUntil.set(r.child, Date.now() + 4000);
@@ -138,7 +138,7 @@ function receive(message) {
 }
 
 // -- views --------------------------------------------------------------------------------
-const VIEWS = ["cluster", "trees", "agents", "graph", "traces", "trace", "letters"];
+const VIEWS = ["cluster", "trees", "agents", "graph", "traces", "trace", "letters", "tasks"];
 function route() {
   const hash = location.hash.replace(/^#/, "") || "cluster";
   if (hash.startsWith("trace/")) { state.view = "trace"; state.traceId = hash.slice(6); }
@@ -160,6 +160,7 @@ function render(changed, entering = false) {
   if (state.view === "traces" && (has("traces") || entering)) maybeLoadTraces(entering);
   if (state.view === "trace" && entering) loadTrace(state.traceId);
   if (state.view === "letters" && (has("letters") || entering)) renderLetters();
+  if (state.view === "tasks" && (has("tasks") || entering)) renderTasks();
 }
 
 function card(label, big, rows) {
@@ -357,6 +358,24 @@ function renderLetters() {
     class: d.code === "poison" ? "letter-poison" : "", "data-code": d.code },
     ...cells(when(d.at), d.code + (d.kills ? " (killed " + d.kills + ")" : ""), d.msg_type,
       d.sender, d.receiver, d.reason, d.trace_id ? el("code", { text: d.trace_id.slice(0, 12) }) : ""))));
+}
+
+function traceLink(traceId) {
+  return traceId ? el("a", { href: "#trace/" + traceId }, el("code", { text: traceId.slice(0, 12) })) : "";
+}
+function renderTasks() {
+  const t = state.parts.tasks;
+  if (!t) return;
+  if (!t.available) {
+    $("#tasks-total").textContent = "(this gateway keeps no A2A tasks)";
+    fill($("#tasks tbody"), []);
+    return;
+  }
+  $("#tasks-total").textContent = "(the " + t.recent.length + " most recently updated)";
+  $("#tasks-states").textContent = Object.entries(t.states).map(([s, n]) => n + " " + s).join(" · ");
+  fill($("#tasks tbody"), t.recent.map((k) => el("tr", { class: "task-" + k.state, "data-task": k.task_id },
+    ...cells(k.updated === null ? "" : when(k.updated), k.state, k.owner, k.target,
+      el("code", { text: k.task_id }), el("code", { text: k.context_id.slice(0, 12) }), traceLink(k.trace_id)))));
 }
 
 // -- sign-in and start --------------------------------------------------------------------
