@@ -3,17 +3,19 @@
 // interop tests (against reach's gateway, or any A2A 1.0 agent).
 //
 //   node call_gateway.mjs --url URL [--token TOKEN] [--text TEXT] [--data JSON]
-//                         [--metadata JSON] [--stream] [--get]
+//                         [--metadata JSON] [--stream] [--get] [--trace]
 //
 // URL is the agent's base URL (its card at /.well-known/agent-card.json) or the card's own URL.
 // --token sends `Authorization: Bearer TOKEN` with every call (not with the card's fetch: cards
 // are public). --stream uses SendStreamingMessage, --get reads the task back with GetTask.
+// --trace starts a trace: the calls carry a W3C `traceparent` header the client makes itself (a
+// new trace ID, a span ID of its own as the parent, sampled), printed as "traceparent".
 //
 // Prints {"card": {...}, "result": {...}, "events": [...], "task": {...}} (the A2A 1.0 JSON of
 // each), or {"card": ..., "error": {"name", "message", "code"}} when a call fails. Exits 0 when
 // it printed, 2 on a usage error.
 
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 
 import { AgentCard, Message, Role, StreamResponse, Task } from '@a2a-js/sdk';
 import {
@@ -25,10 +27,10 @@ import {
 } from '@a2a-js/sdk/client';
 
 function parseArgs(argv) {
-  const args = { stream: false, get: false };
+  const args = { stream: false, get: false, trace: false };
   for (let i = 0; i < argv.length; i += 1) {
     const name = argv[i].replace(/^--/, '');
-    if (name === 'stream' || name === 'get') args[name] = true;
+    if (name === 'stream' || name === 'get' || name === 'trace') args[name] = true;
     else args[name] = argv[(i += 1)];
   }
   return args;
@@ -46,6 +48,17 @@ function part(kind, value) {
     mediaType: kind === 'text' ? 'text/plain' : 'application/json' };
 }
 
+// A W3C trace context starting a trace: version 00, a random trace ID and parent span ID (never
+// all zeros, which W3C forbids), flags 01 (sampled).
+function newTraceparent() {
+  const hex = (bytes) => {
+    let id;
+    do id = randomBytes(bytes).toString('hex'); while (/^0+$/.test(id));
+    return id;
+  };
+  return `00-${hex(16)}-${hex(8)}-01`;
+}
+
 function describeError(err) {
   return { name: err?.constructor?.name ?? 'Error', message: String(err?.message ?? err), code: err?.code ?? null };
 }
@@ -53,7 +66,7 @@ function describeError(err) {
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   if (!args.url || (args.text === undefined && args.data === undefined)) {
-    console.error('usage: node call_gateway.mjs --url URL [--token T] (--text TEXT | --data JSON) [--metadata JSON] [--stream] [--get]');
+    console.error('usage: node call_gateway.mjs --url URL [--token T] (--text TEXT | --data JSON) [--metadata JSON] [--stream] [--get] [--trace]');
     process.exit(2);
   }
   const [base, path] = cardLocation(args.url);
@@ -65,7 +78,10 @@ async function main() {
     transports: [new JsonRpcTransportFactory(), new RestTransportFactory()],
   }));
   const client = await factory.createFromAgentCard(card);
-  const options = args.token ? { serviceParameters: { Authorization: `Bearer ${args.token}` } } : {};
+  const headers = {};
+  if (args.token) headers.Authorization = `Bearer ${args.token}`;
+  if (args.trace) headers.traceparent = out.traceparent = newTraceparent();
+  const options = Object.keys(headers).length ? { serviceParameters: headers } : {};
 
   const parts = [];
   if (args.text !== undefined) parts.push(part('text', args.text));

@@ -8,7 +8,8 @@
 // The reply's data echoes the reach trace ID it found in the message's metadata
 // (`{"reach": {"trace_id", "sender"}}`). Test hooks, by text: "slow" never finishes (until canceled), "fail" ends
 // the task failed, "reject" rejects it. Once listening it prints one JSON line:
-// {"listening": <port>}; each message it takes is logged as {"seen": {...}} on stdout.
+// {"listening": <port>}; each message it takes is logged as {"seen": {...}} on stdout, and each
+// JSON-RPC call's `traceparent` header (null without one) as {"received": {"traceparent": ...}}.
 
 import express from 'express';
 import { randomUUID } from 'node:crypto';
@@ -140,6 +141,12 @@ class RefundExecutor {
 const requestHandler = new DefaultRequestHandler(card, new InMemoryTaskStore(), new RefundExecutor());
 const app = express();
 app.use(`/${AGENT_CARD_PATH}`, agentCardHandler({ agentCardProvider: requestHandler }));
+// Each JSON-RPC call's W3C trace context, as it arrived (a traced caller sends its span as the
+// parent): logged before the SDK handles the call.
+app.use('/a2a/jsonrpc', (req, res, next) => {
+  if (req.method === 'POST') console.log(JSON.stringify({ received: { traceparent: req.get('traceparent') ?? null } }));
+  next();
+});
 app.use('/a2a/jsonrpc', jsonRpcHandler({ requestHandler, userBuilder: UserBuilder.noAuthentication }));
 
 const server = app.listen(PORT, HOST, (err) => {

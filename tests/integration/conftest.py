@@ -1,14 +1,17 @@
-"""One real two-node Ray cluster (two raylets on loopback) for the whole integration session."""
+"""One real two-node Ray cluster (two raylets on loopback) for the whole integration session, and
+an OTLP/HTTP receive for a tracing test."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from otlp_tools import Collector
 from ray_helpers import HEARTBEAT_S, MISSES
 
 HERE = Path(__file__).parent
@@ -51,3 +54,16 @@ def rt(cluster: Any, sessions_db: Path) -> Iterator[Any]:
                          session_options={"compact_after": 30, "keep_last": 10})
     yield runtime
     runtime.shutdown()
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    """An OTLP/HTTP receive on loopback for one test (see :mod:`otlp_tools`)."""
+    server = Collector()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

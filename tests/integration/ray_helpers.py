@@ -71,16 +71,18 @@ def start_gateway(rt: Any, **settings: Any) -> str:
 
 
 @contextlib.asynccontextmanager
-async def traced(rt: Any, process: str) -> AsyncIterator[Any]:
-    """A runtime on the session's cluster whose processes (this one included, until the end)
-    trace every message to the cluster's trace store, as ``reach.init(tracing=True)`` would:
-    the processes it starts carry its tracing settings, the session's others do not."""
+async def traced(rt: Any, process: str, otlp_endpoint: str | None = None) -> AsyncIterator[Any]:
+    """A runtime on the session's cluster whose processes (this one included, called
+    ``process``, until the end) trace every message to the cluster's trace store and, given an
+    ``otlp_endpoint``, to that OTLP/HTTP collector, as ``reach.init(tracing=...)`` would: the
+    processes it starts (hosts, supervisors, a gateway's replicas) carry its tracing settings,
+    the session's others do not."""
     import reach
     from reach._ray import RayCluster
     from reach._runtime.trace_setup import install
     from reach._runtime.tracer import use
 
-    tracing = reach.Tracing(sample_ratio=1.0)
+    tracing = reach.Tracing(sample_ratio=1.0, otlp_endpoint=otlp_endpoint)
     cluster = RayCluster(rt.cluster.security, rt.cluster.namespace, None, tracing)
     provider = install(tracing, process, cluster)
     driver = reach.Runtime(cluster, rt.limits)

@@ -6,23 +6,15 @@ exporters' protobuf posts), with the parent links right in both.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import gzip
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from ray_helpers import wait_until
+from otlp_tools import Collected, Collector
+from ray_helpers import traced, wait_until
 from tracing_agents import Ask, Echo, Relay, Said
 
 import reach
-from reach._ray import RayCluster
-from reach._runtime.trace_setup import install
-from reach._runtime.tracer import use
 from reach.spans import Attr
 
 pytestmark = pytest.mark.integration
@@ -30,109 +22,52 @@ pytestmark = pytest.mark.integration
 RELAY, ECHO = "tr-relay-1", "tr-echo-1"
 
 
-class Collector(ThreadingHTTPServer):
-    """An OTLP/HTTP traces endpoint: keeps every span posted, as (trace, span, parent, name)."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Receive)
-        self.spans: list[tuple[str, str, str, str]] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Receive(BaseHTTPRequestHandler):
-    server: Collector
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        if self.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        request = ExportTraceServiceRequest.FromString(body)
-        with self.server.lock:
-            for resource in request.resource_spans:
-                for scope in resource.scope_spans:
-                    self.server.spans.extend(
-                        (s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name)
-                        for s in scope.spans)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    server = Collector()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 async def test_a_request_through_two_agents_is_one_trace_in_the_store_and_at_the_collector(
     rt: Any, collector: Collector,
 ) -> None:
-    tracing = reach.Tracing(sample_ratio=1.0, otlp_endpoint=collector.url)
-    cluster = RayCluster(rt.cluster.security, rt.cluster.namespace, None, tracing)
-    provider = install(tracing, "tr-driver", cluster)  # this process, as init would
-    driver = reach.Runtime(cluster, rt.limits)
-    records: list[reach.AgentRecord] = []
-    try:
-        placement = reach.Packed(pool="tr-pool", size=2)
-        records = [*await driver.spawn_many(Relay, [RELAY], placement=placement),
-                   *await driver.spawn_many(Echo, [ECHO], placement=placement)]
-        reply = await driver.client.request(RELAY, Ask(text="追踪"), returns=Said)
-        assert reply.value == Said(text="追踪", by=ECHO)
-        trace_id = reply.envelope.trace_id
-        names = {f"send {RELAY}", "handle tr.ask@1.0", "send tr.echo"}
+    async with traced(rt, "tr-driver", otlp_endpoint=collector.url) as driver:
+        cluster = driver.cluster
+        records: list[reach.AgentRecord] = []
+        try:
+            placement = reach.Packed(pool="tr-pool", size=2)
+            records = [*await driver.spawn_many(Relay, [RELAY], placement=placement),
+                       *await driver.spawn_many(Echo, [ECHO], placement=placement)]
+            reply = await driver.client.request(RELAY, Ask(text="追踪"), returns=Said)
+            assert reply.value == Said(text="追踪", by=ECHO)
+            trace_id = reply.envelope.trace_id
+            names = {f"send {RELAY}", "handle tr.ask@1.0", "send tr.echo"}
 
-        async def stored() -> list[reach.SpanRecord] | None:
-            spans = await cluster.trace_store().trace(trace_id)
-            return spans if len(spans) >= 4 else None
-        spans = await wait_until(stored, timeout_s=60)
-        assert spans is not None
-        assert {s.name for s in spans} == names
-        by_agent = {(s.name, s.attributes.get(Attr.AGENT_ID)): s for s in spans}
-        send_relay = by_agent[f"send {RELAY}", RELAY]
-        handle_relay = by_agent["handle tr.ask@1.0", RELAY]
-        send_echo = by_agent["send tr.echo", ECHO]
-        handle_echo = by_agent["handle tr.ask@1.0", ECHO]
-        assert send_relay.parent_span_id is None
-        assert handle_relay.parent_span_id == send_relay.span_id
-        assert send_echo.parent_span_id == handle_relay.span_id
-        assert handle_echo.parent_span_id == send_echo.span_id
-        hosts = {r.agent_id: r.host for r in records}
-        assert (handle_relay.process, handle_echo.process) == (hosts[RELAY], hosts[ECHO])
-        assert send_echo.process == hosts[RELAY]
-        assert send_relay.process == "tr-driver"
+            async def stored() -> list[reach.SpanRecord] | None:
+                spans = await cluster.trace_store().trace(trace_id)
+                return spans if len(spans) >= 4 else None
+            spans = await wait_until(stored, timeout_s=60)
+            assert spans is not None
+            assert {s.name for s in spans} == names
+            by_agent = {(s.name, s.attributes.get(Attr.AGENT_ID)): s for s in spans}
+            send_relay = by_agent[f"send {RELAY}", RELAY]
+            handle_relay = by_agent["handle tr.ask@1.0", RELAY]
+            send_echo = by_agent["send tr.echo", ECHO]
+            handle_echo = by_agent["handle tr.ask@1.0", ECHO]
+            assert send_relay.parent_span_id is None
+            assert handle_relay.parent_span_id == send_relay.span_id
+            assert send_echo.parent_span_id == handle_relay.span_id
+            assert handle_echo.parent_span_id == send_echo.span_id
+            hosts = {r.agent_id: r.host for r in records}
+            assert (handle_relay.process, handle_echo.process) == (hosts[RELAY], hosts[ECHO])
+            assert send_echo.process == hosts[RELAY]
+            assert send_relay.process == "tr-driver"
 
-        def collected() -> list[tuple[str, str, str, str]] | None:
-            with collector.lock:
-                got = [s for s in collector.spans if s[0] == trace_id]
-            return got if len(got) >= 4 else None
-
-        async def at_collector() -> list[tuple[str, str, str, str]] | None:
-            return collected()
-        otlp = await wait_until(at_collector, timeout_s=60)
-        assert otlp is not None
-        assert sorted((s[1], s[2] or None, s[3]) for s in otlp) == sorted(
-            (s.span_id, s.parent_span_id, s.name) for s in spans)
-    finally:
-        for agent_id in (RELAY, ECHO):
-            with contextlib.suppress(reach.ReachError):
-                await driver.stop(agent_id)
-        for host in {r.host for r in records}:
-            with contextlib.suppress(reach.ReachError):
-                driver.cluster.kill(driver.cluster.host(host))
-        await driver.close()
-        use(None)
-        await asyncio.to_thread(provider.shutdown)
+            async def at_collector() -> list[Collected] | None:
+                got = collector.trace(trace_id)
+                return got if len(got) >= 4 else None
+            otlp = await wait_until(at_collector, timeout_s=60)
+            assert otlp is not None
+            assert sorted((s.span_id, s.parent or None, s.name) for s in otlp) == sorted(
+                (s.span_id, s.parent_span_id, s.name) for s in spans)
+        finally:
+            for agent_id in (RELAY, ECHO):
+                with contextlib.suppress(reach.ReachError):
+                    await driver.stop(agent_id)
+            for host in {r.host for r in records}:
+                with contextlib.suppress(reach.ReachError):
+                    driver.cluster.kill(driver.cluster.host(host))

@@ -1,18 +1,30 @@
 """A2A calls in reach's traces: the gateway continues a caller's ``traceparent`` (on the fake
-cluster, its application driven in-process), and the outbound proxy's HTTP client sends one."""
+cluster, its application driven in-process), and the outbound proxy's HTTP client sends one (on
+the fake cluster too, to a remote agent on the A2A SDK's own server parts, called in-process)."""
 
 from __future__ import annotations
 
 import httpx
+from a2a.helpers import new_text_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import reach
 from reach._runtime.span_export import SeededIds
 from reach._runtime.tracer import TRACING, use
+from reach.a2a.client.models import A2AMessage, A2AReply
+from reach.a2a.client.proxy import A2AProxy, proxy_spec
 from reach.a2a.tracing import a2a_span, send_traceparent
 from reach.gateway.deploy import start_gateway
 from reach.gateway.server import GatewayServer
@@ -114,6 +126,90 @@ def test_the_outbound_proxy_s_requests_carry_the_current_span_as_traceparent() -
     untraced = httpx.Request("POST", "http://remote/")
     run_hook(untraced)
     assert "traceparent" not in untraced.headers
+
+
+class Answers(AgentExecutor):
+    """A remote agent that answers every message with a message of its own."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await event_queue.enqueue_event(new_text_message("refunded", context_id=context.context_id))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return
+
+
+class Headers:
+    """An ASGI middleware keeping the ``traceparent`` of every POST (None for one without)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.traceparents: list[str | None] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            value = dict(scope["headers"]).get(b"traceparent")
+            self.traceparents.append(None if value is None else value.decode())
+        await self.app(scope, receive, send)
+
+
+REFUNDS = AgentCard(
+    name="Refunds", description="Issues refunds.", version="1.0.0",
+    supported_interfaces=[AgentInterface(url="http://refunds.test/a2a", protocol_binding="JSONRPC",
+                                         protocol_version="1.0")],
+    capabilities=AgentCapabilities(streaming=False),
+    default_input_modes=["text/plain"], default_output_modes=["text/plain"],
+    skills=[AgentSkill(id="tra.refunds", name="Refunds", description="Issues refunds",
+                       tags=["refunds"])])
+#: The remote agent, on the A2A SDK's own request handler and routes, in this process.
+REMOTE = Headers(Starlette(routes=[
+    *create_agent_card_routes(REFUNDS),
+    *create_jsonrpc_routes(DefaultRequestHandler(agent_executor=Answers(),
+                                                 task_store=InMemoryTaskStore(),
+                                                 agent_card=REFUNDS), "/a2a")]))
+
+
+class InProcessProxy(A2AProxy):
+    """The proxy, its HTTP client calling :data:`REMOTE` in this process (on virtual time)."""
+
+    http_transport = httpx.ASGITransport(REMOTE)
+
+
+def test_the_proxy_s_call_is_a_client_span_under_its_handler_and_the_remote_s_parent() -> None:
+    async def scenario(fake: FakeCluster) -> A2AReply:
+        rt = fake.runtime()
+        spec = await proxy_spec(REFUNDS, agent_id="tra-refunds")
+        await rt.spawn(InProcessProxy, spec.agent_id, kwargs=spec.kwargs,
+                       placement=reach.Packed(pool="tra-a2a", size=1))
+        reply = await rt.client.request(spec.agent_id, A2AMessage(text="refund A-1"),
+                                        returns=A2AReply)
+        await rt.stop(spec.agent_id)
+        return reply.value
+
+    REMOTE.traceparents.clear()
+    made, caught = provider()
+    use(made)
+    try:
+        reply = run(scenario)
+    finally:
+        use(None)
+    assert reply.text == "refunded"
+    spans = caught.get_finished_spans()
+    (sent,) = [s for s in spans if s.name == "send tra-refunds"]
+    (handled,) = [s for s in spans if s.name == "handle a2a.message@1.0"]
+    (called,) = [s for s in spans if s.name == "a2a SendMessage"]
+    assert (sent.kind, handled.kind, called.kind) == (
+        SpanKind.CLIENT, SpanKind.SERVER, SpanKind.CLIENT)
+    trace_id = sent.get_span_context().trace_id
+    assert {s.get_span_context().trace_id for s in (handled, called)} == {trace_id}
+    assert handled.parent is not None
+    assert called.parent is not None
+    assert handled.parent.span_id == sent.get_span_context().span_id
+    assert called.parent.span_id == handled.get_span_context().span_id
+    assert called.attributes[Attr.AGENT_ID] == "tra-refunds"
+    ctx = called.get_span_context()
+    assert int(ctx.trace_flags) & 1  # sampled
+    assert REMOTE.traceparents == [
+        f"00-{trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"]
 
 
 def run_hook(request: httpx.Request) -> None:

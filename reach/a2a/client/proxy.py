@@ -35,7 +35,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
@@ -146,6 +146,11 @@ class A2AProxy(Agent):
         config: What :func:`connect` read from the remote's card.
     """
 
+    #: How the proxy's HTTP client reaches its remote: None, the network; a subclass may give
+    #: an in-process transport (httpx's ``ASGITransport`` or ``MockTransport``), as a test
+    #: on virtual time must, where a real socket's answer would come after the timeouts.
+    http_transport: ClassVar[httpx.AsyncBaseTransport | None] = None
+
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.card = parse_card(config.card)
@@ -166,6 +171,7 @@ class A2AProxy(Agent):
         if self.config.token and not self.card.security_requirements:
             headers.setdefault("Authorization", f"Bearer {self.config.token}")
         self._http = httpx.AsyncClient(headers=headers, timeout=PROBE_TIMEOUT_S,
+                                       transport=self.http_transport,
                                        event_hooks={"request": [send_traceparent]})
         interceptors = [AuthInterceptor(_Token(self.config.token))] if self.config.token else []
         for streaming in (False, True):
