@@ -20,6 +20,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
 )
 sys.path.insert(0, str(HERE))
+# A stopped gateway's replica drains for Serve's minimum period (30 s by default) before it
+# ends; seven modules stop one, and no test here has requests in flight when it does.
+os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
 
 
 @pytest.fixture(scope="session")
