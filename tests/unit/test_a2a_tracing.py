@@ -4,6 +4,9 @@ the fake cluster too, to a remote agent on the A2A SDK's own server parts, calle
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import httpx
 from a2a.helpers import new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -56,6 +59,17 @@ class Orders(reach.Agent):
         return Status(order_id=m.order_id, status="shipped")
 
 
+class Teller(reach.Agent):
+    capabilities = ("tra.tell",)
+    description = "Tells an order's story, a step at a time."
+
+    @reach.handler(Order, returns=Status)
+    async def tell(self, ctx: reach.Context, m: Order) -> AsyncIterator[Status]:
+        for step in ("packed", "shipped", "delivered"):
+            await asyncio.sleep(0.01)
+            yield Status(order_id=m.order_id, status=step)
+
+
 def provider() -> tuple[TracerProvider, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     made = TracerProvider(id_generator=SeededIds())
@@ -102,6 +116,44 @@ def test_the_gateway_continues_the_caller_s_traceparent_down_to_the_agent_s_hand
         span = by_id[f"{span.parent.span_id:016x}"]
         chain.append(span.name)
     assert chain == ["send tra-orders-1", "attempt tra.order@1.0", "a2a SendMessage"]
+
+
+def test_a_streamed_answer_s_span_lasts_until_the_stream_s_last_event() -> None:
+    async def scenario(fake: FakeCluster) -> list[str]:
+        rt = fake.runtime()
+        await rt.spawn(Teller, "tra-teller-1", placement=reach.Packed(pool="tra-p", size=1))
+        start_gateway(fake, GatewayOptions(auth=False))
+        server: GatewayServer = fake.services["reach-gateway"]
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+            "message": {"messageId": "m-2", "role": "ROLE_USER",
+                        "parts": [{"data": {"order_id": 9}}]}}}
+        headers = {"A2A-Version": "1.0",
+                   "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
+        events = []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(server.app),
+                                     base_url="http://gw", headers=headers) as client, \
+                client.stream("POST", "/agents/tra-teller-1", json=body) as reply:
+            async for line in reply.aiter_lines():
+                if line.startswith("data:"):
+                    events.append(line)
+        await server.close()
+        return events
+
+    made, caught = provider()
+    use(made)
+    try:
+        events = run(scenario)
+    finally:
+        use(None)
+    assert any("delivered" in e for e in events)
+    spans = caught.get_finished_spans()
+    (served,) = [s for s in spans if s.name == "a2a SendStreamingMessage"]
+    (handled,) = [s for s in spans if s.name == "handle tra.order@1.0"]
+    assert served.end_time is not None
+    assert handled.end_time is not None
+    # The handler ran while the stream was sent, inside the call's span.
+    assert served.start_time <= handled.start_time
+    assert handled.end_time <= served.end_time
 
 
 def test_the_outbound_proxy_s_requests_carry_the_current_span_as_traceparent() -> None:

@@ -9,7 +9,7 @@ In front, before the SDK sees a request:
 - an ``A2A-Version`` header longer than :data:`MAX_VERSION_CHARS` is VersionNotSupported
   (-32009), as any other version reach does not speak;
 - where the gateway traces, the call is a server span continuing the caller's ``traceparent``
-  (:mod:`reach.a2a.tracing`).
+  (:mod:`reach.a2a.tracing`), lasting until the last event of a stream that answers it.
 
 Behind: every -32603 the dispatcher would send, with whatever exception text it holds, is
 replaced by reach's (:func:`reach.a2a.server.errors.internal_error`: an error ID for the client, the
@@ -20,7 +20,7 @@ SDK's -32600/-32601/-32602 and reach's -32602 (see :mod:`reach.a2a.server.errors
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from reach.a2a.server.errors import error_data, internal_error, is_screened
 from reach.a2a.server.handler import PRINCIPAL_SCOPE_KEY
-from reach.a2a.tracing import served
+from reach.a2a.tracing import end_with_stream, served
 from reach.errors import CodecError
 from reach.strict_json import loads
 
@@ -108,7 +108,7 @@ class GatewayDispatcher(JsonRpcDispatcher):
                          ) -> Response:
         request_id = context.state.get("request_id")
         if isinstance(handler_result, AsyncGenerator):
-            handler_result = _screened_stream(handler_result, request_id)
+            handler_result = _screened_stream(handler_result, request_id, end_with_stream())
         else:
             handler_result = _screened(handler_result, request_id)
         response: Response = super()._create_response(context, handler_result)
@@ -127,15 +127,21 @@ def _screened(item: dict[str, Any], request_id: str | int | None) -> dict[str, A
     return build_error_response(request_id, internal_error(str(error.get("message", ""))))
 
 
-async def _screened_stream(items: AsyncGenerator[dict[str, Any]],
-                           request_id: str | int | None) -> AsyncGenerator[dict[str, Any]]:
+async def _screened_stream(items: AsyncGenerator[dict[str, Any]], request_id: str | int | None,
+                           ended: Callable[[], None] | None) -> AsyncGenerator[dict[str, Any]]:
+    """The stream's events screened (see :func:`_screened`); ``ended`` is called once it is
+    over, however it ends."""
     try:
         async for item in items:
             yield _screened(item, request_id)
     except Exception as exc:  # the stream's end, told without internals
         yield build_error_response(request_id, internal_error(exc))
     finally:
-        await items.aclose()
+        try:
+            await items.aclose()
+        finally:
+            if ended is not None:
+                ended()
 
 
 def _code(error: Exception | JSONRPCError | A2AError) -> int:
