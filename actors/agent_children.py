@@ -5,7 +5,8 @@ remembers even when the registry, restarted, does not); a previous incarnation s
 orphan of the supervisor's own previous incarnation, which died) is evicted first. A remote child
 is not started but awaited: it connects through a gateway, as an incarnation newer than its last,
 while callers' requests wait for it (it is marked restarting). Evicting a child stops it on its
-host and deregisters it. The registry calls are signed by the supervisor.
+host and deregisters it, and ends the host if it was one of its own left with no agent (a warm
+spare a pool took holds others). The registry calls are signed by the supervisor.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Awaitable
 from typing import Any
 
 from reach import clock
-from reach._runtime.names import is_dedicated
 from reach._runtime.spawner import Spawner
 from reach.errors import AgentAlreadyExists, AgentUnavailable, ReachError
 from reach.ports.cluster import Cluster
@@ -64,7 +64,7 @@ class AgentChildren:
         epochs = None if last is None else {spec.agent_id: last + 1}
         try:
             # A restart takes a warm spare host when one of its shape is ready, or, packed,
-            # goes to its pool's other hosts.
+            # goes to its pool's other hosts (to a spare the pool takes when none is left).
             records = await self.spawner.spawn(spec.agent, [spec.agent_id], spec.placement,
                                                spec.args, spec.kwargs, epochs=epochs,
                                                warm=last is not None,
@@ -123,12 +123,12 @@ class AgentChildren:
 
     async def evict(self, agent_id: str, host_name: str, timeout_s: float) -> None:
         """Stops an agent on its host and deregisters it (a dead host could not: deregistering
-        is idempotent)."""
+        is idempotent); a host of its own is ended once it holds no agent
+        (:meth:`Spawner.release`)."""
         try:
             host = self.cluster.host(host_name)
             await within(host.remove_agents([agent_id], timeout_s), timeout_s + 1)
-            if is_dedicated(host_name):
-                self.cluster.kill(host)
+            await within(self.spawner.release(host, timeout_s), timeout_s + 1)
         except ReachError as exc:  # its host is gone already
             log.info("host of %s is gone: %s", agent_id, exc)
         data, sig = signed_call(self.guard, self.name, [[agent_id], host_name])

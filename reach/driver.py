@@ -24,7 +24,6 @@ from reach._runtime.metrics import metrics
 from reach._runtime.names import (
     DRIVER_PREFIX,
     INBOX_PREFIX,
-    is_dedicated,
     supervisor_name,
 )
 from reach._runtime.spawner import Spawner
@@ -177,7 +176,9 @@ class Driver:
         return records
 
     async def stop(self, agent_id: str, timeout_s: float = 5.0) -> None:
-        """Stops one agent: deregistered first, in-flight requests finish, then it is dropped.
+        """Stops one agent: deregistered first, in-flight requests finish, then it is dropped;
+        its host, if one of its own (a dedicated agent's, or a warm spare a pool took), is ended
+        once it holds no agent.
 
         Raises:
             AgentNotFound: no agent has that ID.
@@ -189,9 +190,7 @@ class Driver:
         host = self.cluster.host(rec.host)
         await host.remove_agents([agent_id], timeout_s)
         self.directory.drop(agent_id)
-        if is_dedicated(rec.host):
-            await host.stop(timeout_s)
-            self.cluster.kill(host)
+        await self.spawner.release(host, timeout_s)
 
     async def agents(self) -> list[AgentRecord]:
         """Every registered agent."""

@@ -12,9 +12,11 @@ The spawner asks a placement four things, and nothing else:
 - :meth:`Placement.restarted_as`: how a restart of one of its agents is recorded.
 
 A restart follows from the answers: an agent of a group moves at once to the group's other live
-hosts (least loaded first), one with a spare key takes a warm spare of that key when one is
-ready, and any other gets a new host. A third placement (say, hosts of a group chosen by the
-agent's ID) is a new class answering these four, with no edit elsewhere.
+hosts (least loaded first; a group with none left takes a warm spare of its hosts' shape,
+:meth:`HostNeeds.shape_key`, when one is ready, and holds its agents there), one with a spare key
+takes a warm spare of that key when one is ready, and any other gets a new host. A third
+placement (say, hosts of a group chosen by the agent's ID) is a new class answering these four,
+with no edit elsewhere.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Protocol
 
 from reach.records import RestartPlacement
 
-#: Prefix of the names of hosts that live and die with their one agent.
+#: Prefix of the names of hosts of their own (a dedicated agent's, or a warm spare), which are
+#: ended once they hold no agent.
 OWN_HOST_PREFIX = "reach.host."
 #: Prefix of the names of pool hosts (``reach.pool.<pool>.<index>``), which outlast their agents.
 POOL_PREFIX = "reach.pool."
@@ -145,7 +148,8 @@ class Dedicated(Placement):
 @dataclass(frozen=True)
 class Packed(Placement):
     """Placement of a light agent in a pool of shared hosts (many agents per Ray actor); its
-    restart moves it at once to the pool's other live hosts.
+    restart moves it at once to the pool's other live hosts, or, when none is left, to a warm
+    spare the pool takes while its hosts are started again.
 
     Attributes:
         pool: Name of the pool; pools are created on first use and shared by drivers.
@@ -167,7 +171,9 @@ class Packed(Placement):
         return HostGroup(self.pool, tuple(pool_host_name(self.pool, i) for i in range(self.size)))
 
     def spare_key(self) -> None:
-        """None: a packed agent moves to a live host of its pool, it needs no spare."""
+        """None: a packed agent moves to a live host of its pool, it takes no spare of its own
+        (a pool whose hosts are all dead takes one of its hosts' shape, that of a default
+        :class:`Dedicated`, for the agents it restarts)."""
         return
 
     def restarted_as(self) -> RestartPlacement:
@@ -181,12 +187,14 @@ def pool_host_name(pool: str, index: int) -> str:
 
 
 def own_host_name() -> str:
-    """A fresh name for a host that lives and dies with its one agent."""
+    """A fresh name for a host of its own (a dedicated agent's, or a warm spare)."""
     return f"{OWN_HOST_PREFIX}{secrets.token_hex(6)}"
 
 
 def is_own_host(name: str) -> bool:
-    """Whether a host lives and dies with its one agent (and so is ended when it stops)."""
+    """Whether a host is one of its own: a dedicated agent's, or a warm spare (empty, or taken
+    by a pool whose hosts were all dead, then holding several of the pool's agents). Such a
+    host is ended once it holds no agent; a pool's named hosts outlast their agents."""
     return name.startswith(OWN_HOST_PREFIX)
 
 

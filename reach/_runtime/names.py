@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reach.errors import ConfigError
-from reach.placement import OWN_HOST_PREFIX, POOL_PREFIX, is_own_host
+from reach.placement import OWN_HOST_PREFIX, POOL_PREFIX
 
 #: The Ray namespace of every reach actor.
 NAMESPACE = "reach"
@@ -18,8 +18,9 @@ DEFAULT_SESSIONS = ".reach/sessions.db"
 #: The custom resource a cluster's head node gives (see cluster.yaml): where it exists, the
 #: session store is pinned to the node that has it, so that its SQLite file stays put.
 SESSION_RESOURCE = "reach_state"
-#: Prefixes of host names (see :mod:`reach.placement`): a host of its own lives and dies with its
-#: one agent (a dedicated agent's); pool hosts last.
+#: Prefixes of host names (see :mod:`reach.placement`): a host of its own (a dedicated agent's,
+#: or a warm spare, which a pool whose hosts are all dead may take for several of its agents) is
+#: ended once it holds no agent; a pool's named hosts last.
 DEDICATED_PREFIX = OWN_HOST_PREFIX
 
 #: Prefix of a driver's reply inbox.
@@ -83,11 +84,6 @@ def supervisor_name(name: str) -> str:
     return f"{SUPERVISOR_PREFIX}{name}"
 
 
-def is_dedicated(host: str) -> bool:
-    """Whether a host is dedicated to one agent (and so is killed when that agent stops)."""
-    return is_own_host(host)
-
-
 __all__ = [
     "DEDICATED_PREFIX",
     "DEFAULT_SESSIONS",
@@ -104,7 +100,6 @@ __all__ = [
     "SUPERVISOR_PREFIX",
     "TRACES_NAME",
     "check_agent_ids",
-    "is_dedicated",
     "is_endpoint",
     "is_reserved",
     "reserved_prefix",

@@ -5,7 +5,11 @@ Agents of a pool move, they do not wait: when a pool host dies, the agents its s
 restart go at once to the pool's live hosts (least loaded first, by their agent counts as last
 seen here), and the dead host is started again, empty and under its name, in the background (it
 is never restarted by the platform, whose restarts make a death known only after about 1.5 s).
-Only a pool whose hosts are all dead waits, for its replacements. Every host of a pool keeps the
+A pool whose hosts are all dead takes a warm spare of its hosts' shape when one is ready (one
+claim per outage, whoever asks) and uses it as one more host of the pool in this process: its
+agents are placed there, least loaded as usual, while the dead hosts are started again in the
+background; the spare is never started again, only dropped when it dies. Only a pool whose hosts
+are all dead with no spare ready waits, for its replacements. Every host of a pool keeps the
 classes of the agents placed in it loaded, so that an agent moved there on a restart does not
 wait for its class to arrive.
 """
@@ -14,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from policies.discovery import Candidate, pick_least_loaded
 from reach._runtime.unawaited import read_later
 from reach.agent import Agent
-from reach.errors import AgentUnavailable
+from reach.errors import AgentUnavailable, ReachError
 from reach.placement import HostGroup, HostNeeds
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits, HostPort, HostShape
@@ -36,6 +40,10 @@ REPLACE_AFTER_S = 0.5
 
 log = logging.getLogger("reach.spawner")
 
+#: Takes a live warm spare of the shape of ``HostNeeds``, its agents likely of the classes given,
+#: for a pool whose hosts are all dead; None when none is ready (see ``Spawner``).
+TakeSpare = Callable[[HostNeeds, Sequence[type[Agent]]], Awaitable[HostPort | None]]
+
 
 class PoolHosts:
     """The pools' hosts this process has used, and their agent counts as last seen here.
@@ -43,13 +51,24 @@ class PoolHosts:
     Args:
         cluster: Where hosts are started.
         limits: Hop limit and default timeout the hosts apply.
+        take_spare: Takes a warm spare for a pool whose hosts are all dead (None: such a pool
+            waits for its replacements).
     """
 
-    def __init__(self, cluster: Cluster, limits: CallLimits) -> None:
+    def __init__(self, cluster: Cluster, limits: CallLimits,
+                 take_spare: TakeSpare | None = None) -> None:
         self.cluster = cluster
         self.limits = limits
+        self._take_spare = take_spare
         # Group name -> its hosts, started on first use here.
         self._groups: dict[str, list[HostPort]] = {}
+        # Group name -> the warm spares it took here while its hosts were all dead: members of
+        # the group after its named hosts, dropped when they die.
+        self._adopted: dict[str, list[HostPort]] = {}
+        # Group name -> its claim of a spare, under way or done, until one of its named hosts
+        # is back or the spare dies. Invariant: one claim per group per outage, shared by
+        # every restart that finds the group dead.
+        self._claims: dict[str, asyncio.Task[HostPort | None]] = {}
         # Group host name -> its agent count as last seen (asked, plus the agents placed since).
         self._counts: dict[str, int] = {}
         # Group name -> the agent classes placed in it from here; (host name, class) pairs of
@@ -84,20 +103,30 @@ class PoolHosts:
         """Starts an agent whose group host died (one of ``gone``) on the least loaded of the
         group's other hosts, as last seen here, without asking them; its records, or None when
         they were never seen, or the one chosen is dead too (the group is then asked:
-        :meth:`place`)."""
+        :meth:`place`). The agent is counted on the host chosen at once, so that its host-mates
+        moving at the same time spread over the group."""
         known = self._known_group(group, needs, gone)
         if known is None:
             return None
         host = known[0][least_loaded(known[1])]
+        self.added(host.name, 1)
         try:
             records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs,
                                             priority=priority)
         except AgentUnavailable:
+            self._uncount(host.name)
             log.info("group host %s is dead too: asking the group", host.name)
             return None
-        self.added(host.name, 1)
+        except BaseException:
+            self._uncount(host.name)
+            raise
         self._ready_everywhere(group, cls, host.name)
         return records
+
+    def _uncount(self, host: str) -> None:
+        """Takes back an agent counted on a host that did not take it (if still counted)."""
+        if host in self._counts:
+            self._counts[host] = max(0, self._counts[host] - 1)
 
     def _group_hosts(self, group: HostGroup, needs: HostNeeds) -> list[HostPort]:
         hosts = self._groups.get(group.name)
@@ -114,8 +143,12 @@ class PoolHosts:
         schemas in a fresh process)."""
         self._classes.setdefault(group.name, set()).add(cls)
         self._loaded.add((placed_on, cls))
-        for host in self._groups.get(group.name, []):
+        for host in self._members(group):
             self._preload(host, [cls])
+
+    def _members(self, group: HostGroup) -> list[HostPort]:
+        """The group's hosts known here: its named hosts, then the spares it took."""
+        return [*self._groups.get(group.name, []), *self._adopted.get(group.name, [])]
 
     def _preload(self, host: HostPort, classes: Collection[type[Agent]]) -> None:
         """Has a group host load the ``classes`` it does not hold yet (in the background)."""
@@ -127,39 +160,105 @@ class PoolHosts:
     def _known_group(self, group: HostGroup, needs: HostNeeds, gone: Collection[str],
                     ) -> tuple[list[HostPort], list[int]] | None:
         """The group's hosts other than ``gone`` and their agent counts as last seen here, the
-        ``gone`` ones being started again in the background; None if a count was never seen
-        (or no other host is left)."""
+        ``gone`` named ones being started again in the background (a ``gone`` spare it took is
+        dropped); None if a count was never seen (or no other host is left)."""
         hosts = self._groups.get(group.name)
         if hosts is None:
             return None
-        others = [h for h in hosts if h.name not in gone]
+        others = [h for h in self._members(group) if h.name not in gone]
         if not others or any(h.name not in self._counts for h in others):
             return None
         for i, h in enumerate(hosts):
             if h.name in gone:
                 self._counts.pop(h.name, None)
                 self._replace(group, needs, i, _replace_after(len(others)))
+        for h in self._adopted.get(group.name, []):
+            if h.name in gone:
+                self._drop(group, h)
         return others, [self._counts[h.name] for h in others]
 
     async def _live_group(self, group: HostGroup, needs: HostNeeds,
                          ) -> tuple[list[HostPort], list[int]]:
-        """The group's live hosts and their agent counts; dead ones are started again in the
-        background, and waited for only when none is alive."""
-        hosts = self._group_hosts(group, needs)
-        counts = await asyncio.gather(*(h.count() for h in hosts), return_exceptions=True)
+        """The group's live hosts and their agent counts; dead named ones are started again in
+        the background, dead spares it took are dropped. When none is alive, a warm spare is
+        taken (:meth:`_spare`), else the replacements are waited for."""
+        named = self._group_hosts(group, needs)
+        hosts = [*named, *self._adopted.get(group.name, [])]
+        counts = await asyncio.gather(*(self._count(h) for h in hosts), return_exceptions=True)
         live = [(h, c) for h, c in zip(hosts, counts, strict=True) if isinstance(c, int)]
         for h, c in zip(hosts, counts, strict=True):
             if isinstance(c, int):
                 self._counts[h.name] = c
             else:
                 self._counts.pop(h.name, None)
-        dead = [i for i, c in enumerate(counts) if not isinstance(c, int)]
+        for h, c in zip(hosts[len(named):], counts[len(named):], strict=True):
+            if not isinstance(c, int):
+                self._drop(group, h)
+        dead = [i for i, c in enumerate(counts[:len(named)]) if not isinstance(c, int)]
         replacing = [self._replace(group, needs, i, _replace_after(len(live))) for i in dead]
         if not live:
-            # Every host of the group is dead: wait for the replacements.
-            fresh = await asyncio.gather(*replacing)
-            live = [(h, 0) for h in fresh]
+            spare = await self._spare(group, needs)
+            if spare is not None:
+                live = [(spare, self._counts.get(spare.name, 0))]
+            else:  # every host of the group is dead and no spare was ready: wait for them
+                fresh = await asyncio.gather(*replacing)
+                live = [(h, 0) for h in fresh]
         return [h for h, _ in live], [c for _, c in live]
+
+    async def _count(self, host: HostPort) -> int:
+        """A group host's agent count (asked).
+
+        Raises:
+            AgentUnavailable: it is dead, or being started again (asking it would wait for its
+                new process to start).
+        """
+        replacing = self._replacing.get(host.name)
+        if replacing is not None and not replacing.done():
+            raise AgentUnavailable(f"group host {host.name} is being started again",
+                                   details={"endpoint": host.name})
+        return await host.count()
+
+    async def _spare(self, group: HostGroup, needs: HostNeeds) -> HostPort | None:
+        """A warm spare taken for the group, all of whose hosts are dead: one claim per outage
+        (the first restart to find the group dead makes it, the others share it); None when
+        none was ready, or the one taken has died since."""
+        if self._take_spare is None:
+            return None
+        claim = self._claims.get(group.name)
+        if claim is None:
+            claim = self._claims[group.name] = asyncio.get_running_loop().create_task(
+                self._adopt(group, needs))
+        spare = await asyncio.shield(claim)  # a restart called off leaves the others' claim
+        adopted = {h.name for h in self._adopted.get(group.name, [])}
+        return spare if spare is not None and spare.name in adopted else None
+
+    async def _adopt(self, group: HostGroup, needs: HostNeeds) -> HostPort | None:
+        """Takes a warm spare of the group's shape and makes it a member of the group here,
+        with the group's classes loaded; None when none was ready."""
+        assert self._take_spare is not None
+        try:
+            spare = await self._take_spare(needs, list(self._classes.get(group.name, ())))
+        except ReachError as exc:  # the registry may be restarting: wait for the hosts then
+            log.warning("taking a spare for pool %s failed: %s", group.name, exc)
+            return None
+        if spare is None:
+            return None
+        log.info("pool %s has no live host: spare %s takes its agents", group.name, spare.name)
+        self._adopted.setdefault(group.name, []).append(spare)
+        self._counts[spare.name] = 0
+        self._preload(spare, self._classes.get(group.name, ()))
+        return spare
+
+    def _drop(self, group: HostGroup, host: HostPort) -> None:
+        """Forgets a spare the group took, which died (it is not started again); the group
+        may claim another while its hosts are all dead."""
+        adopted = self._adopted.get(group.name, [])
+        self._adopted[group.name] = [h for h in adopted if h.name != host.name]
+        self._counts.pop(host.name, None)
+        self._loaded = {(h, c) for h, c in self._loaded if h != host.name}
+        claim = self._claims.get(group.name)
+        if claim is not None and claim.done():
+            del self._claims[group.name]
 
     def _replace(self, group: HostGroup, needs: HostNeeds, i: int,
                  after_s: float) -> asyncio.Task[HostPort]:
@@ -195,6 +294,7 @@ class PoolHosts:
                 continue
             # A new process: it holds none of the group's classes until given them.
             self._loaded = {(h, c) for h, c in self._loaded if h != name}
+            self._claims.pop(group.name, None)  # the outage is over: the next one claims anew
             self._preload(host, self._classes.get(group.name, ()))
             hosts = self._groups.get(group.name)
             if hosts is not None and i < len(hosts):

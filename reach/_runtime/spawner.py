@@ -3,13 +3,14 @@ own for each agent (a dedicated agent's), or a group of shared, named hosts (a p
 :mod:`reach._runtime.pool_hosts`).
 
 Used by the driver's runtime and by supervisors alike, so an agent restarted by its supervisor is
-placed exactly as it was first spawned. A host of its own lives and dies with its one agent, and
-its restart takes a warm spare of its placement's shape when one is ready (no waiting for a new
-process). Spares are started where the registry says they lack: it sees every restart's claim in
-the cluster and sizes each node's pool of each shape to the recent claims
-(:mod:`policies.spares`). When a node dies, its hosts are placed again on the nodes left (soft
-node affinity lets them leave it). An agent that requires resources no live node has is not left
-waiting for them: its spawn fails.
+placed exactly as it was first spawned. A host of its own is ended once it holds no agent
+(:meth:`Spawner.release`), and a dedicated agent's restart takes a warm spare of its placement's
+shape when one is ready (no waiting for a new process); so does a pool whose hosts are all dead,
+for the agents it restarts (a spare it takes holds several of them). Spares are started where
+the registry says they lack: it sees every restart's claim in the cluster and sizes each node's
+pool of each shape to the recent claims (:mod:`policies.spares`). When a node dies, its hosts are
+placed again on the nodes left (soft node affinity lets them leave it). An agent that requires
+resources no live node has is not left waiting for them: its spawn fails.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from reach._runtime.names import check_agent_ids
@@ -25,7 +26,7 @@ from reach._runtime.pool_hosts import REPLACE_AFTER_S, PoolHosts
 from reach._runtime.unawaited import read_later
 from reach.agent import Agent
 from reach.errors import AgentUnavailable
-from reach.placement import HostNeeds, Placement, own_host_name
+from reach.placement import HostNeeds, Placement, is_own_host, own_host_name
 from reach.ports.cluster import Cluster
 from reach.ports.hosts import CallLimits, HostPort, HostShape
 from reach.records import AgentRecord
@@ -49,7 +50,7 @@ class Spawner:
     def __init__(self, cluster: Cluster, limits: CallLimits) -> None:
         self.cluster = cluster
         self.limits = limits
-        self.pools = PoolHosts(cluster, limits)
+        self.pools = PoolHosts(cluster, limits, self._pool_spare)
 
     async def spawn(self, cls: type[Agent], agent_ids: Sequence[str], placement: Placement,
                     args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
@@ -67,7 +68,9 @@ class Spawner:
         ``gone``: hosts known to be dead (the one a restarted agent died with). One agent of a
         group then goes at once to the least loaded of the group's other hosts, by their agent
         counts as last seen here, without asking them first; if that host turns out dead too,
-        the group is asked and the agent placed again.
+        the group is asked and the agent placed again. A group whose hosts are all dead takes
+        a warm spare of its hosts' shape for its agents when one is ready, else waits for its
+        hosts to be started again (:mod:`reach._runtime.pool_hosts`).
 
         Raises:
             AgentAlreadyExists: an ID is live.
@@ -156,31 +159,59 @@ class Spawner:
         """Starts an agent on a warm spare of its placement's key (its node's, else any
         node's); None when no live spare took it. Either way the node's spares are topped up
         afterwards, as many as the registry says the recent claims want."""
-        registry = self.cluster.registry()
-        node = p.host_needs().node_id or self.cluster.node_id()
+        needs = p.host_needs()
+        node = needs.node_id or self.cluster.node_id()
         try:
-            for _ in range(SPARE_TRIES):
-                name = await registry.claim_spare(key, node)
-                if name is None:
-                    return None  # none was ready: the pool grows with the claims all the same
-                try:
-                    host = self.cluster.host(name)
-                    return await host.add_agents(cls, [agent_id], tuple(args), kwargs or {},
-                                                 epochs, priority=priority)
-                except AgentUnavailable:
-                    continue  # a spare that died since its last heartbeat: take another
-                except BaseException:
-                    self.cluster.kill(self.cluster.host(name))
-                    raise
-            return None
+            return await self._claimed(key, node, lambda host: host.add_agents(
+                cls, [agent_id], tuple(args), kwargs or {}, epochs, priority=priority))
         finally:
-            self._top_up_later(p, node, cls)
+            self._top_up_later(needs, key, node, (cls,))
 
-    def _top_up_later(self, p: Placement, node: str, cls: type[Agent]) -> None:
-        """Tops up ``node``'s spares of ``p``'s key once the restart is done: a new process
+    async def _pool_spare(self, needs: HostNeeds,
+                          classes: Sequence[type[Agent]]) -> HostPort | None:
+        """A live warm spare of ``needs``' shape for a pool whose hosts are all dead (a Packed
+        pool's needs have a default ``Dedicated()``'s shape: its spares serve), on the pool's
+        node, else this process's (any node's when that has none); None when none is ready.
+        Either way the node's spares are topped up afterwards, with ``classes`` loaded."""
+        if self.limits.spares <= 0:
+            return None
+        key, node = needs.shape_key(), needs.node_id or self.cluster.node_id()
+
+        async def alive(host: HostPort) -> HostPort:
+            await host.count()
+            return host
+
+        try:
+            return await self._claimed(key, node, alive)
+        finally:
+            self._top_up_later(needs, key, node, classes)
+
+    async def _claimed(self, key: str, node: str,
+                       use: Callable[[HostPort], Awaitable[T]]) -> T | None:
+        """Claims a warm spare of ``key`` (on ``node`` if one is there, else on any node) and
+        returns what ``use`` makes of it; None when none is ready. A claimed spare found dead
+        makes way for another (up to :data:`SPARE_TRIES`); one that ``use`` failed on
+        otherwise is ended (taken, it would never be offered again)."""
+        registry = self.cluster.registry()
+        for _ in range(SPARE_TRIES):
+            name = await registry.claim_spare(key, node)
+            if name is None:
+                return None  # none was ready: the pool grows with the claims all the same
+            try:
+                return await use(self.cluster.host(name))
+            except AgentUnavailable:
+                continue  # a spare that died since its last heartbeat: take another
+            except BaseException:
+                self.cluster.kill(self.cluster.host(name))
+                raise
+        return None
+
+    def _top_up_later(self, needs: HostNeeds, key: str, node: str,
+                      classes: Sequence[type[Agent]]) -> None:
+        """Tops up ``node``'s spares of ``key`` once the restart is done: a new process
         costs a core for a while, not to be taken from the restart."""
         def top_up() -> None:
-            read_later(self.top_up(p, node, (cls,)), "topping up the spares failed")
+            read_later(self._top_up(needs, key, node, classes), "topping up the spares failed")
 
         asyncio.get_running_loop().call_later(REPLACE_AFTER_S, top_up)
 
@@ -191,9 +222,12 @@ class Spawner:
         the agents it is likely to take) loaded ahead. Returns them at once (none when no spare
         applies to ``p``)."""
         key = p.spare_key()
-        if key is None:
-            return []
-        needs = p.host_needs()
+        return [] if key is None else self._start_spares(p.host_needs(), key, nodes, count,
+                                                         classes)
+
+    def _start_spares(self, needs: HostNeeds, key: str, nodes: Sequence[str], count: int,
+                      classes: Sequence[type[Agent]]) -> list[HostPort]:
+        """:meth:`start_spares` of hosts of ``needs``, offered under ``key``."""
         started = []
         for node in nodes:
             for _ in range(count):
@@ -216,11 +250,16 @@ class Spawner:
         ``max_spares``; it counts those already offered or starting), with ``classes`` loaded
         ahead. Returns them (none when no spare applies to ``p``)."""
         key = p.spare_key()
-        if self.limits.spares <= 0 or key is None:
+        return [] if key is None else await self._top_up(p.host_needs(), key, node, classes)
+
+    async def _top_up(self, needs: HostNeeds, key: str, node: str,
+                      classes: Sequence[type[Agent]]) -> list[HostPort]:
+        """:meth:`top_up` of hosts of ``needs``, offered under ``key``."""
+        if self.limits.spares <= 0:
             return []
         count = await self.cluster.registry().top_up_spares(key, node, self.limits.spares,
                                                             self.limits.max_spares)
-        return self.start_spares(p, [node], count, classes) if count > 0 else []
+        return self._start_spares(needs, key, [node], count, classes) if count > 0 else []
 
     async def keep_spares(self, p: Placement, node: str,
                           classes: Sequence[type[Agent]] = ()) -> None:
@@ -235,6 +274,21 @@ class Spawner:
         for name in offered.get(f"{node} {key}", ()):  # by name now, not on a restart's path
             with contextlib.suppress(AgentUnavailable):
                 self.cluster.host(name)
+
+    async def release(self, host: HostPort, timeout_s: float) -> bool:
+        """Ends a host of its own (:func:`~reach.placement.is_own_host`) once it holds no agent,
+        after an agent was stopped on it: a dedicated agent's host ends with its agent, a warm
+        spare a pool took ends with the last of the pool's agents on it (stopping one of them
+        leaves the others be); a pool's named hosts outlast their agents. Whether it was ended
+        (a host of its own found dead is ended all the same)."""
+        if not is_own_host(host.name):
+            return False
+        with contextlib.suppress(AgentUnavailable):  # dead already: ended all the same
+            if await host.count() > 0:
+                return False
+            await host.stop(timeout_s)
+        self.cluster.kill(host)
+        return True
 
     async def _placed(self, call: Awaitable[T], agent_ids: list[str],
                       demand: dict[str, float]) -> T:

@@ -26,7 +26,8 @@ splits it into detection and restart (the figures: :mod:`reach.bench.steady_figu
 dedicated restart counts as a warm spare's when the host it went to had been offered as a spare
 before (the registry's offers are polled every 50 ms; a spare offered and taken within one poll
 counts as cold: the count of cold starts is an upper bound), and the registry's own count of
-spare claims is read where it keeps one.
+spare claims is read where it keeps one. A packed restart counts as a spare's when its agent came
+back on a host of its own (a warm spare its pool took, both pool hosts being dead).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 import reach
 from reach.bench.restart_probe import pct
+from reach.placement import is_own_host
 from reach.ports.registry import SpareStats
 
 #: How often the spares offered are polled (for which restarts took one).
@@ -36,7 +37,7 @@ class SteadyCrash:
     errors: dict[str, int] = field(default_factory=dict)
     busy: float | None = None  # the machine's CPU busy share from the crash to the return
     spares_offered: int = 0  # spares offered (as last polled) when the crash was sent
-    host: str = ""  # where the new incarnation runs
+    host: str = ""  # where the new incarnation runs (packed: a pool host, or a spare it took)
     warm_spare: bool | None = None  # dedicated: its host had been offered as a spare
     supervisor: dict[str, float] = field(default_factory=dict)
     note: str = ""
@@ -99,6 +100,8 @@ def figures_of(crashes: list[SteadyCrash], placement: str) -> dict[str, Any]:
     if placement == "dedicated":
         out["warm_spare"] = sum(1 for c in mine if c.warm_spare)
         out["cold"] = sum(1 for c in mine if c.warm_spare is False)
+    else:  # a pool whose hosts were all dead took a spare: a host of its own, not the pool's
+        out["on_spare"] = sum(1 for c in mine if c.ms is not None and is_own_host(c.host))
     return out
 
 
@@ -134,6 +137,8 @@ def show(result: dict[str, Any]) -> None:
                f"{r['started']} spares started, {r['retired']} retired" if r else "")
     print(f"dedicated restarts: {d['warm_spare']} into a warm spare, {d['cold']} cold "
           f"(at most {result['spares_offered_most']} spares offered at once{counted})")
+    print(f"packed restarts: {result['packed'].get('on_spare', 0)} onto a warm spare their "
+          "pool took (both its hosts dead)")
     cost, start = result["spare_cost"], r.get("start_p50_s")
     if cost:
         print(f"an idle spare: {cost.get('rss_mb')} MB resident, {cost.get('uss_mb', '?')} MB "

@@ -28,7 +28,9 @@ class HostKind(StrEnum):
     """What a host is, by its name and the registry's spares."""
 
     DEDICATED = "dedicated"
-    """A host of one agent's own."""
+    """A host of its own (``reach.host.``), no longer offered as a spare: a dedicated agent's,
+    or a warm spare a pool took when all its hosts were dead (then holding several of the
+    pool's agents)."""
     POOL = "pool"
     """A host of a pool of packed agents."""
     SPARE = "spare"

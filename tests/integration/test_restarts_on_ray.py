@@ -1,7 +1,8 @@
 """Restarts that do not wait for a process, on a real Ray: a dedicated agent takes a warm spare,
 a packed agent moves to its pool's live host while the dead one is started again under its name,
-a pool with no live host waits for its replacements, a closing driver's notifications still
-leave, a restarted child supervisor replaces its orphan, and epochs outlive a registry restart.
+a pool with no live host takes a warm spare for its agents while its hosts are started again, a
+closing driver's notifications still leave, a restarted child supervisor replaces its orphan,
+and epochs outlive a registry restart.
 
 The Ray cluster is shared by the whole integration session: every agent, pool and supervisor
 here has a name of its own (``rr-`` prefix), and each test stops what it started.
@@ -30,6 +31,7 @@ from reach._runtime.names import (
     supervisor_name,
 )
 from reach._runtime.spawner import shape_key
+from reach.placement import OWN_HOST_PREFIX
 
 pytestmark = pytest.mark.integration
 
@@ -174,30 +176,54 @@ async def test_a_packed_agent_whose_host_is_killed_moves_to_its_pools_live_host_
         end_pool(rt, pool, 2)
 
 
-async def test_the_agents_of_a_pool_whose_hosts_all_died_come_back_on_their_replacements(
+async def test_the_agents_of_a_pool_whose_hosts_all_died_come_back_at_once_on_a_warm_spare(
     rt: Any
 ) -> None:
     pool, ids = "rr-all", ["rr-all-1", "rr-all-2"]
     sup = await rt.supervise(tree(
         pool, *(ChildSpec(Worker, i, placement=reach.Packed(pool=pool, size=2)) for i in ids)))
+    spare = ""
     try:
         before = {i: await life(rt, i) for i in ids}
         hosts = pool_hosts(pool, 2)
         assert {(await record(rt, i)).host for i in ids} == set(hosts)  # one on each
+
+        async def offered() -> list[str]:  # a Packed pool's hosts have a Dedicated()'s shape
+            spares = await rt.cluster.registry().spares()
+            shape = shape_key(reach.Dedicated())
+            return [h for k, names in spares.items() if k.endswith(f" {shape}") for h in names]
+
+        await wait_until(offered)
         dead_pids = {h: await pid_of(rt, h) for h in hosts}
+        running = {int(pid) for pid in os.listdir("/proc") if pid.isdigit()}
         for pid in dead_pids.values():  # back to back: no live host is left to move to
             sigkill(pid)
 
         after = {i: await changed(rt, i, before[i]) for i in ids}
-        for i in ids:
-            assert (await record(rt, i)).host in hosts  # the pool's hosts, under their names
-            assert after[i].pid not in dead_pids.values()
+        (spare,) = {(await record(rt, i)).host for i in ids}  # both on one spare
+        assert spare.startswith(OWN_HOST_PREFIX)
+        assert {a.pid for a in after.values()} <= running  # started ahead, not for the restart
+        assert not set(dead_pids.values()) & {a.pid for a in after.values()}
+        assert spare not in await offered()
         restarts = (await sup.status()).restarts
         assert sorted(r.child for r in restarts) == ids
         assert {r.placement for r in restarts} == {reach.RestartPlacement.PACKED}
+        for host, pid in dead_pids.items():  # the pool's hosts, started again meanwhile
+            await wait_until(lambda host=host, pid=pid: running_again(rt, host, pid))
     finally:
         await stop(sup)
         end_pool(rt, pool, 2)
+    if spare:  # its last agent stopped: the spare ended with it
+
+        async def ended() -> bool:
+            rt.cluster.forget(spare)
+            try:
+                await rt.cluster.host(spare).count()
+            except reach.AgentUnavailable:
+                return True
+            return False
+
+        await wait_until(ended)
 
 
 async def test_closing_a_runtime_lets_the_notifications_it_queued_reach_the_agent(

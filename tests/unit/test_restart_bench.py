@@ -43,20 +43,23 @@ def test_the_return_is_the_first_reply_of_another_incarnation_after_the_crash(
 
 
 def crash(agent: str, placement: str, ms: float | None, *, warm: bool | None = None,
-          sent_at: float = 100.0) -> SteadyCrash:
+          sent_at: float = 100.0, host: str = "") -> SteadyCrash:
     return SteadyCrash(agent, placement, sent_at=sent_at, ms=ms,
-                       sent_to_crash_ms=None if ms is None else 2.0, warm_spare=warm)
+                       sent_to_crash_ms=None if ms is None else 2.0, warm_spare=warm, host=host)
 
 
 def test_each_placement_is_summed_up_apart_with_its_worst_and_its_warm_and_cold_starts() -> None:
-    crashes = [crash("p-1", "packed", 40.0), crash("d-1", "dedicated", 45.0, warm=True),
-               crash("p-2", "packed", 250.0), crash("p-3", "packed", 50.0),
+    crashes = [crash("p-1", "packed", 40.0, host="reach.pool.p.0"),
+               crash("d-1", "dedicated", 45.0, warm=True),
+               crash("p-2", "packed", 250.0, host="reach.host.5a7e"),
+               crash("p-3", "packed", 50.0, host="reach.pool.p.1"),
                crash("d-2", "dedicated", 1200.0, warm=False), crash("d-3", "dedicated", None)]
     packed, dedicated = figures_of(crashes, "packed"), figures_of(crashes, "dedicated")
     assert (packed["n"], packed["failed"], packed["p50_ms"], packed["max_ms"]) == (
         3, 0, 50.0, 250.0)
     assert packed["ms_in_order"] == [40.0, 250.0, 50.0]
     assert "warm_spare" not in packed
+    assert packed["on_spare"] == 1  # the pool's hosts were both dead: it took a spare
     assert (dedicated["n"], dedicated["failed"], dedicated["p50_ms"]) == (2, 1, 622.5)
     assert (dedicated["warm_spare"], dedicated["cold"]) == (1, 1)
     verdict = goals({"packed": packed, "dedicated": dedicated})
