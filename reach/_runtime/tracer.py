@@ -13,7 +13,10 @@ An envelope carries its trace as W3C trace context: its ``trace_id`` is the trac
 digits), ``span_id`` the span that sent it (16 hex digits: the parent of the span that handles
 it) and ``trace_flags`` W3C's flags (1: sampled). A span that starts a trace takes the trace ID
 of the envelope (or task) it is about, so that reach's trace IDs and OpenTelemetry's are one
-(see :data:`SEED`, read by the SDK's ID generator of :mod:`reach._runtime.span_export`).
+(see :data:`SEED`, read by the SDK's ID generator of :mod:`reach._runtime.span_export` and by
+the tracer of :mod:`reach._runtime.store_tracer`). With the latter, reach's spans start by its
+:meth:`~reach._runtime.store_tracer.StoreTracer.open`, given their parent's span context (an
+envelope's, or the current span's) rather than a context made to carry it.
 
 A process boundary carries no context but the envelope's: a handler's span is the child of the
 span in its envelope, never of whatever context the process happens to have.
@@ -24,7 +27,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -42,6 +44,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from reach._runtime.store_tracer import SEED, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
 from reach.protocol import Envelope
@@ -49,10 +52,6 @@ from reach.spans import Attr, AttrValue, SpanName
 
 #: The name of reach's tracer (its instrumentation scope).
 TRACER_NAME = "reach"
-
-#: A trace ID (as an int) that the next span to start a trace takes, when set: the ID generator
-#: of reach's SDK setup reads it (a span with a parent keeps its parent's).
-SEED: ContextVar[int | None] = ContextVar("reach_trace_seed", default=None)
 
 _HEX = "0123456789abcdef"
 _ID_SPACE = 1 << 64
@@ -104,6 +103,10 @@ def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
     """Starts a span under ``context`` (None: the current one); one that starts a trace takes
     ``trace_id`` as its trace's ID when it is a W3C one."""
     seed = trace_int(trace_id) if trace_id else 0
+    if type(tracer) is StoreTracer:
+        parent = trace.get_current_span(context).get_span_context()
+        return tracer.open(name, kind, parent if parent.is_valid else None, seed,
+                           dict(attributes) if attributes else {}, links)
     if not seed:
         return tracer.start_span(name, context=context, kind=kind, links=links,
                                  attributes=attributes)
@@ -174,8 +177,13 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         attrs[Attr.CAPABILITY] = attrs[Attr.RECEIVER] = capability
     if env.session_id is not None:
         attrs[Attr.SESSION_ID] = env.session_id
-    span = start(tracer, f"{SpanName.SEND} {capability or env.receiver}", SpanKind.CLIENT,
-                 context=None, trace_id=env.trace_id, attributes=attrs)
+    name = f"{SpanName.SEND} {capability or env.receiver}"
+    if type(tracer) is StoreTracer:  # its spans take their parent's context as it is
+        span = tracer.open(name, SpanKind.CLIENT, ctx if ctx.is_valid else None,
+                           trace_int(env.trace_id), attrs)
+    else:
+        span = start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
+                     attributes=attrs)
     return span, traced(env, span)
 
 
@@ -194,8 +202,13 @@ def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrVal
                                    Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes}
     if env.session_id is not None:
         attrs[Attr.SESSION_ID] = env.session_id
-    return start(tracer, f"{SpanName.HANDLE} {env.payload_schema}", SpanKind.SERVER,
-                 context=envelope_context(env), trace_id=env.trace_id, attributes=attrs)
+    name = f"{SpanName.HANDLE} {env.payload_schema}"
+    if type(tracer) is StoreTracer:  # the envelope's span context, as it is
+        return tracer.open(name, SpanKind.SERVER,
+                           None if env.span_id is None else _remote(env),
+                           trace_int(env.trace_id), attrs)
+    return start(tracer, name, SpanKind.SERVER, context=envelope_context(env),
+                 trace_id=env.trace_id, attributes=attrs)
 
 
 def failed(span: Span, error: ReachError) -> None:
