@@ -32,7 +32,8 @@ import msgpack
 AttrValue = str | int | float | bool
 
 __all__ = ["Attr", "AttrValue", "SpanBatch", "SpanEvent", "SpanKind", "SpanLink", "SpanName",
-           "SpanRecord", "SpanRow", "SpanStatus", "TraceEdge", "TraceStoreStats", "TraceSummary"]
+           "SpanRecord", "SpanRow", "SpanStatus", "TraceEdge", "TraceStoreStats", "TraceSummary",
+           "pack_row"]
 
 
 class SpanKind(StrEnum):
@@ -166,6 +167,17 @@ class SpanRecord:
 SpanRow = list[Any]
 
 _KIND_OF = {k.value: k for k in SpanKind}
+_ROW_PACKER = msgpack.Packer()  # no hook: packing never runs Python code, so no thread interleaves
+
+
+def pack_row(row: SpanRow) -> bytes:
+    """One span's row packed, as :meth:`SpanBatch.join` takes it (a value msgpack has no type
+    for is packed as its text)."""
+    try:
+        packed: bytes = _ROW_PACKER.pack(row)
+    except (TypeError, ValueError, OverflowError):
+        packed = msgpack.packb(row, default=str)
+    return packed
 _STATUS_OF = {s.value: s for s in SpanStatus}
 
 
@@ -177,7 +189,7 @@ class SpanBatch(Sequence[SpanRecord]):
     are made when it is first read (by the store), once.
 
     Args:
-        data: The packed batch (:meth:`pack`'s).
+        data: The packed batch (:meth:`pack`'s or :meth:`join`'s).
     """
 
     __slots__ = ("_records", "data")
@@ -190,6 +202,13 @@ class SpanBatch(Sequence[SpanRecord]):
     def pack(cls, process: str, rows: Sequence[SpanRow]) -> SpanBatch:
         """A batch of ``rows`` recorded by ``process``."""
         return cls(msgpack.packb([process, rows], default=str))
+
+    @classmethod
+    def join(cls, process: str, packed: Sequence[bytes]) -> SpanBatch:
+        """A batch of rows packed one by one (:func:`pack_row`), recorded by ``process``."""
+        header = msgpack.Packer()
+        return cls(b"".join((header.pack_array_header(2), header.pack(process),
+                             header.pack_array_header(len(packed)), *packed)))
 
     def records(self) -> list[SpanRecord]:
         """Its spans, as records."""

@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind as OtelKind
 from opentelemetry.trace import StatusCode
 
-from reach._runtime.store_tracer import SEED, STORE_QUEUE
+from reach._runtime.span_sink import STORE_QUEUE
+from reach._runtime.store_tracer import SEED
 from reach.spans import AttrValue, SpanBatch, SpanKind, SpanRecord, SpanRow, SpanStatus
 from reach.tracing import Tracing
 

@@ -1,13 +1,14 @@
 """The tracer of a process whose spans go to the cluster's trace store only (no OTLP endpoint).
 
-OpenTelemetry's SDK makes a span of some twenty objects and copies it again as it ends, for
+OpenTelemetry's SDK makes a span of a score of objects and copies it again as it ends, for
 exporters this process does not have; here a span is one object on the OpenTelemetry API
 (:class:`StoreSpan`: a handler's ``trace.get_current_span()`` is one, and takes attributes and
-events as any span does), and a finished one is a row of a :class:`~reach.spans.SpanBatch`,
-which a :class:`SpanSink` sends to the store from the process's event loop, in batches, never
-waiting for it. Its decisions are the SDK's with reach's settings: a parent-based sampler by
-trace ID ratio (the same decisions as ``ParentBased(TraceIdRatioBased(ratio))``), the trace IDs
-of :data:`SEED`, the same trace flags, the same status rules.
+events as any span does) that keeps its IDs as the hex text the envelopes and the store use,
+and ends as one packed row of a :class:`~reach.spans.SpanBatch`, which a
+:class:`~reach._runtime.span_sink.SpanSink` sends to the store. Its decisions are the SDK's with
+reach's settings: a parent-based sampler by trace ID ratio (the decisions of
+``ParentBased(TraceIdRatioBased(ratio))``), the trace IDs of :data:`SEED`, the same trace
+flags, the same rules for attributes and status.
 
 Where an OTLP endpoint is set, or a test installs an SDK provider, the SDK traces instead
 (:mod:`reach._runtime.span_export`): OTLP gets the SDK's spans.
@@ -15,13 +16,10 @@ Where an OTLP endpoint is set, or a test installs an SDK provider, the SDK trace
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import contextlib
 import logging
 import random
 import traceback
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from time import time_ns
 from types import TracebackType
@@ -40,11 +38,13 @@ from opentelemetry.trace import (
     TraceFlags,
     Tracer,
     TracerProvider,
+    TraceState,
 )
 from opentelemetry.util import types
 from opentelemetry.util._decorator import _agnosticcontextmanager  # as the SDK: a decorator too
 
-from reach.spans import AttrValue, SpanBatch, SpanRow
+from reach._runtime.span_sink import SpanSink
+from reach.spans import AttrValue
 
 log = logging.getLogger("reach._runtime.store_tracer")
 
@@ -53,24 +53,14 @@ log = logging.getLogger("reach._runtime.store_tracer")
 #: with a parent keeps its parent's).
 SEED: ContextVar[int | None] = ContextVar("reach_trace_seed", default=None)
 
-#: Sends a batch of finished spans to the trace store (awaited on the process's event loop; a
-#: failure is only logged).
-SendBatch = Callable[[SpanBatch], Awaitable[None]]
-
-#: How many finished spans a process holds for the trace store before it drops them.
-STORE_QUEUE = 32_768
-#: Spans a batch holds at most, and how long a span waits for its batch to leave (seconds).
-BATCH_SPANS, BATCH_DELAY_S = 1024, 0.5
-
+#: A span's kind as the store names it.
+KINDS = {SpanKind.INTERNAL: "internal", SpanKind.SERVER: "server", SpanKind.CLIENT: "client",
+         SpanKind.PRODUCER: "producer", SpanKind.CONSUMER: "consumer"}
 _ID_SPACE = 1 << 64
 _SAMPLED, _RANDOM = TraceFlags.SAMPLED, TraceFlags.RANDOM_TRACE_ID
-_KINDS = {SpanKind.INTERNAL: "internal", SpanKind.SERVER: "server", SpanKind.CLIENT: "client",
-          SpanKind.PRODUCER: "producer", SpanKind.CONSUMER: "consumer"}
-_STATUSES = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
 _FLAGS = tuple(TraceFlags(flags) for flags in range(4))
+_STATUSES = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
 _UNSET = Status(StatusCode.UNSET)
-#: The loop running in this thread, or None (asyncio's low-level getter: it never raises).
-_running_loop = asyncio._get_running_loop
 
 
 def _clean(attributes: types.Attributes) -> dict[str, AttrValue]:
@@ -98,113 +88,27 @@ def _sdk_value(value: object) -> object:
         kind.__repr__ is not object.__repr__ else None
 
 
-class SpanSink:
-    """Finished spans on their way to the trace store: each batch leaves from the event loop
-    when it holds :data:`BATCH_SPANS` spans or its first has waited :data:`BATCH_DELAY_S`.
-    Past :data:`STORE_QUEUE` spans held, or with no event loop to send from, spans are dropped
-    (counted), never waited for.
-
-    Args:
-        send: Sends a batch to the store.
-        process: This process's name (its spans' ``process``).
-    """
-
-    def __init__(self, send: SendBatch, process: str) -> None:
-        self._send = send
-        self.process = process
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.dropped = 0
-        self._rows: collections.deque[SpanRow] = collections.deque()
-        self._due: asyncio.TimerHandle | asyncio.Handle | None = None
-        self._soon = False
-
-    def add(self, row: SpanRow) -> None:
-        """Holds one finished span (from any thread; the loop's is the usual one)."""
-        rows = self._rows
-        if len(rows) >= STORE_QUEUE:
-            self.dropped += 1
-            return
-        rows.append(row)
-        full = len(rows) >= BATCH_SPANS
-        if (self._due is None or (full and not self._soon)
-                or _running_loop() is not self.loop):
-            self._schedule(full)
-
-    def _schedule(self, now: bool) -> None:
-        """Has the spans held sent soon (``now``: as soon as the loop is free), from the loop
-        running here (the one of a driver's latest ``asyncio.run``), or from this process's
-        loop when no loop runs in this thread."""
-        loop = _running_loop()
-        if loop is None:  # another thread: the loop this process sends from
-            loop = self.loop
-            if loop is not None and not loop.is_closed():
-                with contextlib.suppress(RuntimeError):  # closed meanwhile
-                    loop.call_soon_threadsafe(self._schedule, now)
-            return
-        if loop is not self.loop:  # a new loop: what was due on the last one never runs
-            if self._due is not None:
-                self._due.cancel()
-            self.loop, self._due, self._soon = loop, None, False
-        if now and not self._soon:
-            if self._due is not None:
-                self._due.cancel()
-            self._soon = True
-            self._due = loop.call_soon(self.flush)
-        elif self._due is None:
-            self._due = loop.call_later(BATCH_DELAY_S, self.flush)
-
-    def flush(self) -> None:
-        """Sends what is held now, in batches (on the event loop's thread)."""
-        if self._due is not None:
-            self._due.cancel()
-        self._due, self._soon = None, False
-        rows = self._rows
-        while rows:
-            batch = [rows.popleft() for _ in range(min(len(rows), BATCH_SPANS))]
-            self._start(SpanBatch.pack(self.process, batch), len(batch))
-
-    def _start(self, batch: SpanBatch, count: int) -> None:
-        try:
-            sent = asyncio.ensure_future(self._send(batch))
-        except Exception as exc:  # no store (yet): these spans are not kept
-            self.dropped += count
-            log.debug("spans not sent to the trace store: %s", exc)
-            return
-        sent.add_done_callback(_sent)
-
-    def force_flush(self) -> None:
-        """Sends what is held now, from the loop (from any thread: without waiting for it)."""
-        if _running_loop() is not None:
-            self.flush()
-            return
-        loop = self.loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # closed meanwhile
-                loop.call_soon_threadsafe(self.flush)
-
-
-def _sent(sent: asyncio.Future[None]) -> None:
-    if not sent.cancelled() and sent.exception() is not None:
-        log.debug("the trace store did not take spans: %s", sent.exception())
-
-
 class StoreSpan(Span):
-    """A span that records into a :class:`SpanSink` as it ends (see the module's docstring).
+    """A span that records into a sink as it ends (see the module's docstring).
+
+    Attributes:
+        trace_hex: Its trace ID (32 hex digits).
+        span_hex: Its span ID (16 hex digits).
+        flags: Its W3C trace flags (sampled, and random when its trace's ID is).
 
     Args:
         sink: Where it goes as it ends (None: nowhere).
         name: Its name.
-        context: Its context.
-        parent: Its parent's, or None for a trace's root.
-        kind: Its kind.
-        attributes: Its attributes (kept as given: reach's own, scalars).
-        links: Its links.
-        start_ns: When it started (None: now).
-        record_exception: Whether an exception leaving its ``with`` block is an event.
-        set_status_on_exception: Whether such an exception sets status ERROR.
+        kind: Its kind, as the store names it (:data:`KINDS`).
+        trace_hex: Its trace ID.
+        parent_hex: Its parent's span ID, or None for a trace's root.
+        flags: Its trace flags.
+        attributes: Its attributes (kept as given: reach's own are scalars).
     """
 
     # What most spans keep as it is, kept by the class until a span changes it.
+    _context: SpanContext | None = None
+    _state: TraceState | None = None
     _events: list[list[Any]] | None = None
     _links: list[list[str]] | None = None
     _status = _UNSET
@@ -212,29 +116,25 @@ class StoreSpan(Span):
     _record_exception = True
     _set_status_on_exception = True
 
-    def __init__(self, sink: SpanSink | None, name: str, context: SpanContext,  # noqa: PLR0917 - the API's span arguments
-                 parent: SpanContext | None, kind: SpanKind,
-                 attributes: dict[str, AttrValue], links: Sequence[Link] | None = None,
-                 start_ns: int | None = None, record_exception: bool = True,
-                 set_status_on_exception: bool = True) -> None:
+    def __init__(self, sink: SpanSink | None, name: str, kind: str, trace_hex: str,  # noqa: PLR0917 - a span's fields
+                 parent_hex: str | None, flags: int, attributes: dict[str, AttrValue]) -> None:
         self._sink = sink
         self._name = name
-        self._context = context
-        self._parent = parent
         self._kind = kind
+        self.trace_hex = trace_hex
+        self.span_hex = f"{random.getrandbits(64) or 1:016x}"
+        self._parent = parent_hex
+        self.flags = flags
         self._attributes = attributes
-        self._start_ns = time_ns() if start_ns is None else start_ns
-        if links:
-            self._links = [[f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}"]
-                           for link in links if link.context.is_valid]
-        if not record_exception:
-            self._record_exception = False
-        if not set_status_on_exception:
-            self._set_status_on_exception = False
+        self._start_ns = time_ns()
 
     def get_span_context(self) -> SpanContext:
-        """Its context."""
-        return self._context
+        """Its context (made when first asked for)."""
+        ctx = self._context
+        if ctx is None:
+            ctx = self._context = SpanContext(int(self.trace_hex, 16), int(self.span_hex, 16),
+                                              False, _FLAGS[self.flags], self._state)
+        return ctx
 
     def is_recording(self) -> bool:
         """Until it ends."""
@@ -242,9 +142,8 @@ class StoreSpan(Span):
 
     def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:
         """Sets attributes (ignored once ended)."""
-        if self._ended("an attribute"):
-            return
-        self._attributes.update(_clean(attributes))
+        if not self._ended("an attribute"):
+            self._attributes.update(_clean(attributes))
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
         """Sets one attribute (ignored once ended)."""
@@ -302,13 +201,12 @@ class StoreSpan(Span):
             return
         end = self._end_ns = time_ns() if end_time is None else end_time
         sink = self._sink
-        if sink is None:
-            return
-        ctx, parent, status = self._context, self._parent, self._status
-        sink.add([f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
-                  None if parent is None else f"{parent.span_id:016x}", self._name,
-                  _KINDS[self._kind], self._start_ns, end, _STATUSES[status.status_code],
-                  status.description or "", self._attributes, self._events, self._links])
+        if sink is not None:
+            status = self._status
+            sink.add([self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
+                      self._start_ns, end,
+                      "unset" if status is _UNSET else _STATUSES[status.status_code],
+                      status.description or "", self._attributes, self._events, self._links])
 
     def _ended(self, what: str) -> bool:
         if self._end_ns is None:
@@ -345,30 +243,54 @@ class StoreTracer(Tracer):
                    record_exception: bool = True,
                    set_status_on_exception: bool = True) -> Span:
         """A span, the child of the span of ``context`` (None: the current one)."""
-        parent = trace.get_current_span(context).get_span_context()
-        return self.open(name, kind, parent if parent.is_valid else None, SEED.get() or 0,
-                         dict(attributes) if attributes else {},  # type: ignore[arg-type]
-                         links, start_time, record_exception, set_status_on_exception)
+        span = self.under(name, KINDS[kind], trace.get_current_span(context), SEED.get() or 0,
+                          None, dict(attributes) if attributes else {})  # type: ignore[arg-type]
+        if isinstance(span, StoreSpan):
+            if start_time is not None:
+                span._start_ns = start_time
+            for link in links or ():
+                span.add_link(link.context)
+            span._record_exception = record_exception
+            span._set_status_on_exception = set_status_on_exception
+        return span
 
-    def open(self, name: str, kind: SpanKind, parent: SpanContext | None, seed: int,  # noqa: PLR0917 - start_span's
-             attributes: dict[str, AttrValue], links: Sequence[Link] | None = None,
-             start_time: int | None = None, record_exception: bool = True,
-             set_status_on_exception: bool = True) -> Span:
-        """:meth:`start_span`'s work for reach's own spans, given the parent's span context
-        (None: a new trace, of ``seed`` when it is not 0) and attributes it may keep."""
-        if parent is not None:
-            trace_id, state = parent.trace_id, parent.trace_state
-            flags = parent.trace_flags & (_SAMPLED | _RANDOM)
-        else:
-            state = None
-            trace_id = seed or random.getrandbits(128) or 1
-            flags = _RANDOM | (_SAMPLED if trace_id & (_ID_SPACE - 1) < self._bound else 0)
-        span_id = random.getrandbits(64) or 1
-        ctx = SpanContext(trace_id, span_id, False, _FLAGS[flags], state)
+    def under(self, name: str, kind: str, parent: Span, seed: int,  # noqa: PLR0917 - a span's fields
+              trace_hex: str | None, attributes: dict[str, AttrValue]) -> Span:
+        """A span under ``parent`` (the current span, or one carrying a context), or, under an
+        invalid one, a span that starts a trace (see :meth:`root`)."""
+        if type(parent) is StoreSpan:
+            return self.child(name, kind, parent.trace_hex, parent.span_hex, parent.flags,
+                              attributes, parent._state)
+        ctx = parent.get_span_context()
+        if ctx.is_valid:
+            return self.child(name, kind, f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
+                              ctx.trace_flags, attributes, ctx.trace_state or None)
+        return self.root(name, kind, seed, trace_hex if seed else None, attributes)
+
+    def child(self, name: str, kind: str, trace_hex: str, parent_hex: str, flags: int,  # noqa: PLR0917 - a span's fields
+              attributes: dict[str, AttrValue],
+              state: TraceState | None = None) -> StoreSpan | NonRecordingSpan:
+        """A span under a parent of ``trace_hex`` and ``parent_hex`` (both W3C) with W3C trace
+        ``flags`` (and a trace ``state`` to carry on): kept when its parent was."""
+        flags &= _SAMPLED | _RANDOM
         if not flags & _SAMPLED:
-            return NonRecordingSpan(ctx)
-        return StoreSpan(self._sink, name, ctx, parent, kind, attributes, links, start_time,
-                         record_exception, set_status_on_exception)
+            return NonRecordingSpan(SpanContext(int(trace_hex, 16), random.getrandbits(64) or 1,
+                                                False, _FLAGS[flags], state))
+        span = StoreSpan(self._sink, name, kind, trace_hex, parent_hex, flags, attributes)
+        if state is not None:
+            span._state = state
+        return span
+
+    def root(self, name: str, kind: str, seed: int, trace_hex: str | None,
+             attributes: dict[str, AttrValue]) -> StoreSpan | NonRecordingSpan:
+        """A span that starts a trace, of ``seed`` (its hex text ``trace_hex`` when known) or
+        with ``seed`` 0, of a random ID: kept by the ratio."""
+        trace_id = seed or random.getrandbits(128) or 1
+        if trace_id & (_ID_SPACE - 1) >= self._bound:
+            return NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False,
+                                                _FLAGS[_RANDOM]))
+        return StoreSpan(self._sink, name, kind, trace_hex or f"{trace_id:032x}", None,
+                         _SAMPLED | _RANDOM, attributes)
 
     @_agnosticcontextmanager
     def start_as_current_span(self, name: str, context: Context | None = None,  # noqa: PLR0917 - the API's
@@ -416,5 +338,4 @@ class StoreTracerProvider(TracerProvider):
         self.force_flush()
 
 
-__all__ = ["BATCH_DELAY_S", "BATCH_SPANS", "SEED", "STORE_QUEUE", "SendBatch", "SpanSink",
-           "StoreSpan", "StoreTracer", "StoreTracerProvider"]
+__all__ = ["KINDS", "SEED", "StoreSpan", "StoreTracer", "StoreTracerProvider"]

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider
 
-from reach._runtime.store_tracer import SpanSink, StoreTracerProvider
+from reach._runtime.span_sink import SpanSink
+from reach._runtime.store_tracer import StoreTracerProvider
 from reach._runtime.tracer import TRACING, use
 from reach.errors import ConfigError, ReachError
 from reach.ports.cluster import Cluster

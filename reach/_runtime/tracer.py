@@ -14,9 +14,10 @@ digits), ``span_id`` the span that sent it (16 hex digits: the parent of the spa
 it) and ``trace_flags`` W3C's flags (1: sampled). A span that starts a trace takes the trace ID
 of the envelope (or task) it is about, so that reach's trace IDs and OpenTelemetry's are one
 (see :data:`SEED`, read by the SDK's ID generator of :mod:`reach._runtime.span_export` and by
-the tracer of :mod:`reach._runtime.store_tracer`). With the latter, reach's spans start by its
-:meth:`~reach._runtime.store_tracer.StoreTracer.open`, given their parent's span context (an
-envelope's, or the current span's) rather than a context made to carry it.
+the tracer of :mod:`reach._runtime.store_tracer`). With the latter, a send's and a handler's
+spans start from their parent's IDs as they are (an envelope's hex text, the current span's)
+rather than from a context made to carry them, and an envelope takes a span's IDs as it keeps
+them.
 
 A process boundary carries no context but the envelope's: a handler's span is the child of the
 span in its envelope, never of whatever context the process happens to have.
@@ -44,7 +45,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from reach._runtime.store_tracer import SEED, StoreTracer
+from reach._runtime.store_tracer import SEED, StoreSpan, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
 from reach.protocol import Envelope
@@ -103,10 +104,6 @@ def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
     """Starts a span under ``context`` (None: the current one); one that starts a trace takes
     ``trace_id`` as its trace's ID when it is a W3C one."""
     seed = trace_int(trace_id) if trace_id else 0
-    if type(tracer) is StoreTracer:
-        parent = trace.get_current_span(context).get_span_context()
-        return tracer.open(name, kind, parent if parent.is_valid else None, seed,
-                           dict(attributes) if attributes else {}, links)
     if not seed:
         return tracer.start_span(name, context=context, kind=kind, links=links,
                                  attributes=attributes)
@@ -136,6 +133,10 @@ def envelope_context(env: Envelope) -> Context:
 def traced(env: Envelope, span: Span) -> Envelope:
     """``env`` carrying ``span`` as its parent span (unchanged for a span with no context, or
     one it carries already)."""
+    if type(span) is StoreSpan:  # its IDs in hex already
+        if env.span_id == span.span_hex:
+            return env
+        return env.with_trace_context(span.trace_hex, span.span_hex, span.flags)
     ctx = span.get_span_context()
     if not ctx.is_valid or (env.span_id is not None and int(env.span_id, 16) == ctx.span_id):
         return env
@@ -159,18 +160,21 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         parent: The envelope whose handler sends it, if any.
     """
     current = trace.get_current_span()
-    ctx = current.get_span_context()
-    if ctx.is_valid:
-        if not ctx.trace_flags.sampled:
-            return current, traced(env, current)
-    elif parent is not None and sampled_out(parent):  # its handler runs in no span
-        dropped: Span = NonRecordingSpan(_remote(parent))
-        return dropped, traced(env, dropped)
-    elif TRACING.bound is not None:  # a new trace: dropped by reach's sampler?
-        seed = trace_int(env.trace_id)
-        if seed and not keeps(seed, TRACING.bound):  # its context alone, with a span ID
-            return INVALID_SPAN, env.with_trace_context(
-                env.trace_id, f"{random.getrandbits(64) or 1:016x}", 0)
+    seed = 0
+    if type(current) is not StoreSpan:  # (one is recording: its trace is sampled)
+        ctx = current.get_span_context()
+        if ctx.is_valid:
+            if not ctx.trace_flags.sampled:
+                return current, traced(env, current)
+        elif parent is not None and sampled_out(parent):  # its handler runs in no span
+            dropped: Span = NonRecordingSpan(_remote(parent))
+            return dropped, traced(env, dropped)
+        else:  # a new trace: dropped by reach's sampler?
+            seed = trace_int(env.trace_id)
+            bound = TRACING.bound
+            if bound is not None and seed and not keeps(seed, bound):  # its context alone
+                return INVALID_SPAN, env.with_trace_context(
+                    env.trace_id, f"{random.getrandbits(64) or 1:016x}", 0)
     attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
                                    Attr.MSG_TYPE: env.msg_type.value}
     if capability is not None:
@@ -178,12 +182,10 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
     if env.session_id is not None:
         attrs[Attr.SESSION_ID] = env.session_id
     name = f"{SpanName.SEND} {capability or env.receiver}"
-    if type(tracer) is StoreTracer:  # its spans take their parent's context as it is
-        span = tracer.open(name, SpanKind.CLIENT, ctx if ctx.is_valid else None,
-                           trace_int(env.trace_id), attrs)
-    else:
-        span = start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
-                     attributes=attrs)
+    span = (tracer.under(name, "client", current, seed, env.trace_id, attrs)
+            if type(tracer) is StoreTracer else
+            start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
+                  attributes=attrs))
     return span, traced(env, span)
 
 
@@ -203,10 +205,12 @@ def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrVal
     if env.session_id is not None:
         attrs[Attr.SESSION_ID] = env.session_id
     name = f"{SpanName.HANDLE} {env.payload_schema}"
-    if type(tracer) is StoreTracer:  # the envelope's span context, as it is
-        return tracer.open(name, SpanKind.SERVER,
-                           None if env.span_id is None else _remote(env),
-                           trace_int(env.trace_id), attrs)
+    if type(tracer) is StoreTracer:  # the envelope's IDs, as they are
+        if env.span_id is not None:
+            return tracer.child(name, "server", env.trace_id, env.span_id, env.trace_flags,
+                                attrs)
+        seed = trace_int(env.trace_id)
+        return tracer.root(name, "server", seed, env.trace_id if seed else None, attrs)
     return start(tracer, name, SpanKind.SERVER, context=envelope_context(env),
                  trace_id=env.trace_id, attributes=attrs)
 

@@ -35,13 +35,8 @@ import reach
 from policies.tasks import SeverityPolicy
 from reach import clock
 from reach._runtime.span_export import SeededIds, to_record
-from reach._runtime.store_tracer import (
-    BATCH_DELAY_S,
-    BATCH_SPANS,
-    STORE_QUEUE,
-    SpanSink,
-    StoreTracerProvider,
-)
+from reach._runtime.span_sink import BATCH_DELAY_S, BATCH_SPANS, STORE_QUEUE, SpanSink
+from reach._runtime.store_tracer import StoreTracerProvider
 from reach._runtime.trace_setup import install
 from reach._runtime.tracer import TRACING, start, use
 from reach.errors import Severity
