@@ -55,6 +55,7 @@ _EVENT_OVERHEAD = 120
 _LINK_OVERHEAD = 80
 _getsizeof = sys.getsizeof
 _intern = sys.intern
+_ERROR = SpanStatus.ERROR
 
 #: The attributes whose values repeat from span to span: interned as they arrive.
 _SHARED_ATTRS = frozenset(str(a) for a in (
@@ -72,24 +73,28 @@ def span_bytes(span: SpanRecord) -> int:
         size += _getsizeof(span.status_message)
     if span.parent_span_id is not None:
         size += _getsizeof(span.parent_span_id)
-    for event in span.events:
-        size += _EVENT_OVERHEAD + _getsizeof(event.name) + _attrs_bytes(event.attributes)
-    for link in span.links:
-        size += _LINK_OVERHEAD + _getsizeof(link.trace_id) + _getsizeof(link.span_id)
+    if span.events:
+        for event in span.events:
+            size += _EVENT_OVERHEAD + _getsizeof(event.name) + _attrs_bytes(event.attributes)
+    if span.links:
+        for link in span.links:
+            size += _LINK_OVERHEAD + _getsizeof(link.trace_id) + _getsizeof(link.span_id)
     return size
 
 
 def _attrs_bytes(attributes: Mapping[str, AttrValue]) -> int:
-    # Keys are shared: a batch's pickle carries each once, and reach's are constants.
-    return _getsizeof(attributes) + sum(_getsizeof(v) for k, v in attributes.items()
-                                        if k not in _SHARED_ATTRS)
+    # Keys are shared: a batch carries each once, and reach's are constants.
+    size = _getsizeof(attributes)
+    for key, value in attributes.items():
+        if key not in _SHARED_ATTRS:
+            size += _getsizeof(value)
+    return size
 
 
-def _intern_values(span: SpanRecord) -> None:
-    attrs = span.attributes
-    for key in _SHARED_ATTRS.intersection(attrs):
-        value = attrs[key]
-        if type(value) is str:
+def _intern_values(attrs: dict[str, AttrValue]) -> None:
+    # Replacing a key's value while going through them is safe: the dict keeps its size.
+    for key, value in attrs.items():
+        if key in _SHARED_ATTRS and type(value) is str:
             attrs[key] = _intern(value)
 
 
@@ -98,10 +103,11 @@ def _keys(span: SpanRecord, names: tuple[str, ...]) -> set[str]:
     return {str(attrs[n]) for n in names if n in attrs}
 
 
-_AGENT = str(Attr.AGENT_ID)
-_AGENT_ATTRS = (_AGENT, str(Attr.SENDER))
-_CAPABILITY_ATTRS = (str(Attr.CAPABILITY),)
-_TASK_ATTRS = (str(Attr.TASK_ID),)
+_AGENT, _SENDER = str(Attr.AGENT_ID), str(Attr.SENDER)
+_CAPABILITY, _TASK = str(Attr.CAPABILITY), str(Attr.TASK_ID)
+_AGENT_ATTRS = (_AGENT, _SENDER)
+_CAPABILITY_ATTRS = (_CAPABILITY,)
+_TASK_ATTRS = (_TASK,)
 
 
 @dataclass(slots=True)
@@ -126,7 +132,8 @@ class _Trace:
             self.start_ns = min(self.start_ns, span.start_ns)
             self.end_ns = max(self.end_ns, span.end_ns)
         self.spans.append(span)
-        self.errors += span.status == SpanStatus.ERROR
+        if span.status == _ERROR:
+            self.errors += 1
 
     def drop_oldest(self, span: SpanRecord) -> None:
         gone = self.spans.popleft()
@@ -154,9 +161,11 @@ class _Postings:
     def __init__(self) -> None:
         self.by_key: dict[str, dict[str, int]] = {}
 
-    def add(self, keys: Iterable[str], trace_id: str) -> None:
-        for key in keys:
-            traces = self.by_key.setdefault(key, {})
+    def add_one(self, key: str, trace_id: str) -> None:
+        traces = self.by_key.get(key)
+        if traces is None:
+            self.by_key[key] = {trace_id: 1}
+        else:
             traces[trace_id] = traces.get(trace_id, 0) + 1
 
     def remove(self, keys: Iterable[str], trace_id: str) -> None:
@@ -217,20 +226,31 @@ class TraceIndex:
     def add(self, spans: Sequence[SpanRecord], received_ns: int) -> int:
         """Holds ``spans`` (arrived at ``received_ns``), then drops the oldest held spans until
         the bound is kept; how many it dropped."""
+        traces, arrived, sizes, graph = self._traces, self._arrived, self._sizes, self.graph
+        agents, capabilities, tasks = self.agents, self.capabilities, self.tasks
         for span in spans:
-            _intern_values(span)
+            attrs = span.attributes
+            _intern_values(attrs)
             size = span_bytes(span)
-            trace = self._traces.get(span.trace_id)
+            trace_id = span.trace_id
+            trace = traces.get(trace_id)
             if trace is None:
-                trace = self._traces[span.trace_id] = _Trace(received_ns)
+                trace = traces[trace_id] = _Trace(received_ns)
                 self.bytes += TRACE_OVERHEAD
             trace.add(span)
-            self._arrived.append(span)
-            self._sizes.append(size)
-            self.graph.add(span)
-            self.agents.add(_keys(span, _AGENT_ATTRS), span.trace_id)
-            self.capabilities.add(_keys(span, _CAPABILITY_ATTRS), span.trace_id)
-            self.tasks.add(_keys(span, _TASK_ATTRS), span.trace_id)
+            arrived.append(span)
+            sizes.append(size)
+            graph.add(span)
+            # The postings of _keys(span, ...), without a set for each.
+            agent, sender = attrs.get(_AGENT), attrs.get(_SENDER)
+            if agent is not None:
+                agents.add_one(str(agent), trace_id)
+            if sender is not None and (agent is None or str(sender) != str(agent)):
+                agents.add_one(str(sender), trace_id)
+            if _CAPABILITY in attrs:
+                capabilities.add_one(str(attrs[_CAPABILITY]), trace_id)
+            if _TASK in attrs:
+                tasks.add_one(str(attrs[_TASK]), trace_id)
             self.bytes += size
         self.received += len(spans)
         dropped = 0

@@ -7,6 +7,8 @@ and what its queries give back, is plain frozen data of this module (it pickles 
 processes and :func:`dataclasses.asdict` turns it into JSON):
 
 - :class:`SpanRecord` (with its :class:`SpanEvent` and :class:`SpanLink`): one finished span;
+- :class:`SpanBatch`: a process's finished spans packed into one msgpack blob, as they travel
+  to the store (a sequence of :class:`SpanRecord`, read when the store reads it);
 - :class:`TraceSummary`: one trace of a listing (its root, duration, agents, errors);
 - :class:`TraceEdge`: who called whom, how often, with how many errors, over a period (the
   observer's message graph);
@@ -19,14 +21,19 @@ them agree on one spelling.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, overload
+
+import msgpack
 
 #: What an attribute's value may be (OpenTelemetry's scalar attribute types).
 AttrValue = str | int | float | bool
 
-__all__ = ["Attr", "AttrValue", "SpanEvent", "SpanKind", "SpanLink", "SpanName", "SpanRecord",
-           "SpanStatus", "TraceEdge", "TraceStoreStats", "TraceSummary"]
+__all__ = ["Attr", "AttrValue", "SpanBatch", "SpanEvent", "SpanKind", "SpanLink", "SpanName",
+           "SpanRecord", "SpanRow", "SpanStatus", "TraceEdge", "TraceStoreStats", "TraceSummary",
+           "pack_row"]
 
 
 class SpanKind(StrEnum):
@@ -152,6 +159,90 @@ class SpanRecord:
     def duration_ms(self) -> float:
         """How long it lasted, in milliseconds."""
         return (self.end_ns - self.start_ns) / 1e6
+
+
+#: A finished span as a :class:`SpanBatch` packs it: a :class:`SpanRecord`'s fields in order but
+#: ``process`` (a batch's, once), its kind and status by their values, each event as
+#: ``[name, at_ns, attributes]`` and each link as ``[trace_id, span_id]``.
+SpanRow = list[Any]
+
+_KIND_OF = {k.value: k for k in SpanKind}
+_ROW_PACKER = msgpack.Packer()  # no hook: packing never runs Python code, so no thread interleaves
+
+
+def pack_row(row: SpanRow) -> bytes:
+    """One span's row packed, as :meth:`SpanBatch.join` takes it (a value msgpack has no type
+    for is packed as its text)."""
+    try:
+        packed: bytes = _ROW_PACKER.pack(row)
+    except (TypeError, ValueError, OverflowError):
+        packed = msgpack.packb(row, default=str)
+    return packed
+_STATUS_OF = {s.value: s for s in SpanStatus}
+
+
+class SpanBatch(Sequence[SpanRecord]):
+    """Finished spans of one process, packed: what a process sends the trace store.
+
+    A batch is one msgpack blob (``[process, rows]``, each row a :data:`SpanRow`): it pickles
+    as one ``bytes`` object, where a list of records would pickle field by field. Its records
+    are made when it is first read (by the store), once.
+
+    Args:
+        data: The packed batch (:meth:`pack`'s or :meth:`join`'s).
+    """
+
+    __slots__ = ("_records", "data")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._records: list[SpanRecord] | None = None
+
+    @classmethod
+    def pack(cls, process: str, rows: Sequence[SpanRow]) -> SpanBatch:
+        """A batch of ``rows`` recorded by ``process``."""
+        return cls(msgpack.packb([process, rows], default=str))
+
+    @classmethod
+    def join(cls, process: str, packed: Sequence[bytes]) -> SpanBatch:
+        """A batch of rows packed one by one (:func:`pack_row`), recorded by ``process``."""
+        header = msgpack.Packer()
+        return cls(b"".join((header.pack_array_header(2), header.pack(process),
+                             header.pack_array_header(len(packed)), *packed)))
+
+    def records(self) -> list[SpanRecord]:
+        """Its spans, as records."""
+        if self._records is None:
+            process, rows = msgpack.unpackb(self.data)
+            self._records = [
+                SpanRecord(trace_id, span_id, parent, name, _KIND_OF[kind], start_ns, end_ns,
+                           _STATUS_OF[status], message, process, attributes,
+                           tuple(SpanEvent(*e) for e in events) if events else (),
+                           tuple(SpanLink(*link) for link in links) if links else ())
+                for (trace_id, span_id, parent, name, kind, start_ns, end_ns, status, message,
+                     attributes, events, links) in rows]
+        return self._records
+
+    def __len__(self) -> int:
+        return len(self.records())
+
+    @overload
+    def __getitem__(self, index: int) -> SpanRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[SpanRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> SpanRecord | list[SpanRecord]:
+        return self.records()[index]
+
+    def __iter__(self) -> Iterator[SpanRecord]:
+        return iter(self.records())
+
+    def __reduce__(self) -> tuple[type[SpanBatch], tuple[bytes]]:
+        return SpanBatch, (self.data,)
+
+    def __repr__(self) -> str:
+        return f"SpanBatch({len(self.data)} bytes)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 from pydantic import BaseModel
@@ -233,9 +234,12 @@ class AgentRunner:
             await self._run(spec, env, message, sink)
             return
         span = start_handle(tracer, env, self._span_attributes(env, received))
-        with trace.use_span(span, end_on_exit=True, record_exception=False,
-                            set_status_on_exception=False):
+        token = otel_context.attach(trace.set_span_in_context(span))  # use_span's, less its cost
+        try:
             await self._run(spec, env, message, sink, span)
+        finally:
+            otel_context.detach(token)
+            span.end()
 
     def _span_attributes(self, env: Envelope, received: float) -> dict[str, AttrValue]:
         agent = self.agent

@@ -2,8 +2,10 @@
 trace store.
 
 Loaded only where tracing is configured (:func:`reach._runtime.tracing_setup.setup` imports it
-then): the SDK is ``reach[otel]``'s. A process's provider has a parent-based ratio sampler, an
-ID generator that lets a trace's first span take reach's trace ID (:class:`SeededIds`), a
+then): the SDK is ``reach[otel]``'s, and traces a process that exports to OTLP (one that sends
+to the trace store only traces with :mod:`reach._runtime.store_tracer`, lighter). A process's
+provider has a parent-based ratio sampler, an ID generator that lets a trace's first span take
+reach's trace ID (:class:`SeededIds`), a
 :class:`~opentelemetry.sdk.trace.export.BatchSpanProcessor` to OTLP/HTTP where an endpoint is
 set, and one to the trace store (:class:`StoreExporter`), which never blocks and drops a batch
 the store cannot take.
@@ -24,8 +26,9 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind as OtelKind
 from opentelemetry.trace import StatusCode
 
-from reach._runtime.tracer import SEED
-from reach.spans import AttrValue, SpanEvent, SpanKind, SpanLink, SpanRecord, SpanStatus
+from reach._runtime.span_sink import STORE_QUEUE
+from reach._runtime.store_tracer import SEED
+from reach.spans import AttrValue, SpanBatch, SpanKind, SpanRecord, SpanRow, SpanStatus
 from reach.tracing import Tracing
 
 log = logging.getLogger("reach._runtime.span_export")
@@ -34,44 +37,45 @@ log = logging.getLogger("reach._runtime.span_export")
 #: event loop, and a failure only logged).
 SendSpans = Callable[[Sequence[SpanRecord]], Awaitable[None]]
 
-#: How many finished spans a process holds for the trace store before it drops them.
-STORE_QUEUE = 32_768
-
-_KINDS = {OtelKind.INTERNAL: SpanKind.INTERNAL, OtelKind.SERVER: SpanKind.SERVER,
-          OtelKind.CLIENT: SpanKind.CLIENT, OtelKind.PRODUCER: SpanKind.PRODUCER,
-          OtelKind.CONSUMER: SpanKind.CONSUMER}
-_STATUSES = {StatusCode.UNSET: SpanStatus.UNSET, StatusCode.OK: SpanStatus.OK,
-             StatusCode.ERROR: SpanStatus.ERROR}
+_KINDS = {OtelKind.INTERNAL: SpanKind.INTERNAL.value, OtelKind.SERVER: SpanKind.SERVER.value,
+          OtelKind.CLIENT: SpanKind.CLIENT.value, OtelKind.PRODUCER: SpanKind.PRODUCER.value,
+          OtelKind.CONSUMER: SpanKind.CONSUMER.value}
+_STATUSES = {StatusCode.UNSET: SpanStatus.UNSET.value, StatusCode.OK: SpanStatus.OK.value,
+             StatusCode.ERROR: SpanStatus.ERROR.value}
 
 
 class SeededIds(RandomIdGenerator):
-    """Random IDs, except that a span starting a trace while :data:`~reach._runtime.tracer.SEED`
-    is set takes that trace ID (reach's, of the envelope or task it is about)."""
+    """Random IDs, except that a span starting a trace while
+    :data:`~reach._runtime.store_tracer.SEED` is set takes that trace ID (reach's, of the
+    envelope or task it is about)."""
 
     def generate_trace_id(self) -> int:
         """The seeded trace ID, or a random one."""
         return SEED.get() or super().generate_trace_id()
 
 
-def to_record(span: ReadableSpan, process: str) -> SpanRecord:
-    """A finished span as the trace store keeps it (on the batch processor's thread: every
-    span of a process passes here, so it does no more than it must)."""
+def to_row(span: ReadableSpan) -> SpanRow:
+    """A finished span as a batch to the trace store packs it (on the batch processor's thread:
+    every span of a process passes here, so it does no more than it must)."""
     ctx = span.context
     assert ctx is not None
     parent = span.parent
     status = span.status
     events, links = span.events, span.links
     start = span.start_time or 0
-    return SpanRecord(
-        f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
-        None if parent is None else f"{parent.span_id:016x}",
-        span.name, _KINDS.get(span.kind, SpanKind.INTERNAL), start, span.end_time or start,
-        _STATUSES.get(status.status_code, SpanStatus.UNSET), status.description or "",
-        process, _attributes(span.attributes),
-        tuple(SpanEvent(e.name, e.timestamp, _attributes(e.attributes)) for e in events)
-        if events else (),
-        tuple(SpanLink(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}")
-              for link in links) if links else ())
+    return [f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
+            None if parent is None else f"{parent.span_id:016x}",
+            span.name, _KINDS.get(span.kind, "internal"), start, span.end_time or start,
+            _STATUSES.get(status.status_code, "unset"), status.description or "",
+            _attributes(span.attributes),
+            [[e.name, e.timestamp, _attributes(e.attributes)] for e in events] if events else (),
+            [[f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}"] for link in links]
+            if links else ()]
+
+
+def to_record(span: ReadableSpan, process: str) -> SpanRecord:
+    """A finished span as the trace store keeps it."""
+    return SpanBatch.pack(process, [to_row(span)])[0]
 
 
 def _attributes(attributes: object) -> dict[str, AttrValue]:
@@ -107,22 +111,22 @@ class StoreExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Hands a batch to the event loop; always SUCCESS (a lost batch is only counted)."""
-        records = [to_record(s, self.process) for s in spans]
         loop = self.loop
         if loop is None or loop.is_closed():
-            self.dropped += len(records)
+            self.dropped += len(spans)
             return SpanExportResult.SUCCESS
+        batch = SpanBatch.pack(self.process, [to_row(s) for s in spans])
         try:
-            loop.call_soon_threadsafe(self._start, records)
+            loop.call_soon_threadsafe(self._start, batch, len(spans))
         except RuntimeError:  # the loop closed meanwhile
-            self.dropped += len(records)
+            self.dropped += len(spans)
         return SpanExportResult.SUCCESS
 
-    def _start(self, records: list[SpanRecord]) -> None:
+    def _start(self, batch: SpanBatch, count: int) -> None:
         try:
-            sent = asyncio.ensure_future(self._send(records))
+            sent = asyncio.ensure_future(self._send(batch))
         except Exception as exc:  # no store (yet): these spans are not kept
-            self.dropped += len(records)
+            self.dropped += count
             log.debug("spans not sent to the trace store: %s", exc)
             return
         sent.add_done_callback(self._sent)
@@ -194,4 +198,5 @@ def _otlp(url: str) -> SpanExporter:
     return OTLPSpanExporter(endpoint=url)
 
 
-__all__ = ["LoopFinder", "SeededIds", "SendSpans", "StoreExporter", "provider", "to_record"]
+__all__ = ["LoopFinder", "SeededIds", "SendSpans", "StoreExporter", "provider", "to_record",
+           "to_row"]

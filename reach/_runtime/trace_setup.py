@@ -4,7 +4,9 @@ Every process of a deployment calls :func:`setup` as it starts (the driver, each
 supervisor, registry, session store and gateway replica): the settings travel with the cluster
 handle (:attr:`reach.ports.cluster.Cluster.tracing`), as the security settings do. Without them
 nothing is loaded and the process does not trace; with them it installs the SDK
-(:mod:`reach._runtime.span_export`, imported here only then).
+(:mod:`reach._runtime.span_export`, imported here only then) where an OTLP endpoint is set, and
+otherwise the lighter tracer whose spans go to the trace store only
+(:mod:`reach._runtime.store_tracer`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider
 
+from reach._runtime.span_sink import SpanSink
+from reach._runtime.store_tracer import StoreTracerProvider
 from reach._runtime.tracer import TRACING, use
 from reach.errors import ConfigError, ReachError
 from reach.ports.cluster import Cluster
@@ -73,10 +77,12 @@ def check_installed(tracing: Tracing) -> None:
     _sdk(tracing)
 
 
-def install(tracing: Tracing, process: str, cluster: Cluster | None) -> SdkProvider:
-    """Installs the SDK in this process for ``tracing``, its spans going to ``cluster``'s
-    trace store (when it has one and ``tracing.store``) and to OTLP where an endpoint is set;
-    returns the provider installed.
+def install(tracing: Tracing, process: str,
+            cluster: Cluster | None) -> SdkProvider | StoreTracerProvider:
+    """Installs tracing in this process for ``tracing``, its spans going to ``cluster``'s
+    trace store (when it has one and ``tracing.store``) and to OTLP where an endpoint is set
+    (with the SDK; without an endpoint, with reach's lighter tracer); returns the provider
+    installed (``force_flush`` sends what it holds, ``shutdown`` ends it).
 
     Raises:
         ConfigError: the SDK (or, with an endpoint, the OTLP/HTTP exporter) is not installed.
@@ -90,8 +96,13 @@ def install(tracing: Tracing, process: str, cluster: Cluster | None) -> SdkProvi
         except ReachError as exc:  # no store, or it is restarting: these spans are lost
             log.debug("the trace store did not take %d spans: %s", len(records), exc)
 
-    made: SdkProvider = span_export.provider(tracing, process,
-                                             send if cluster is not None else None)
+    to_store = tracing.store and cluster is not None
+    if tracing.traces_url is None:
+        light = StoreTracerProvider(tracing.ratio,
+                                    SpanSink(send, process) if to_store else None)
+        use(light, tracing.ratio)
+        return light
+    made: SdkProvider = span_export.provider(tracing, process, send if to_store else None)
     use(made, tracing.ratio)
     return made
 

@@ -13,7 +13,11 @@ An envelope carries its trace as W3C trace context: its ``trace_id`` is the trac
 digits), ``span_id`` the span that sent it (16 hex digits: the parent of the span that handles
 it) and ``trace_flags`` W3C's flags (1: sampled). A span that starts a trace takes the trace ID
 of the envelope (or task) it is about, so that reach's trace IDs and OpenTelemetry's are one
-(see :data:`SEED`, read by the SDK's ID generator of :mod:`reach._runtime.span_export`).
+(see :data:`SEED`, read by the SDK's ID generator of :mod:`reach._runtime.span_export` and by
+the tracer of :mod:`reach._runtime.store_tracer`). With the latter, a send's and a handler's
+spans start from their parent's IDs as they are (an envelope's hex text, the current span's)
+rather than from a context made to carry them, and an envelope takes a span's IDs as it keeps
+them.
 
 A process boundary carries no context but the envelope's: a handler's span is the child of the
 span in its envelope, never of whatever context the process happens to have.
@@ -24,7 +28,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -42,6 +45,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from reach._runtime.store_tracer import SEED, StoreSpan, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
 from reach.protocol import Envelope
@@ -49,10 +53,6 @@ from reach.spans import Attr, AttrValue, SpanName
 
 #: The name of reach's tracer (its instrumentation scope).
 TRACER_NAME = "reach"
-
-#: A trace ID (as an int) that the next span to start a trace takes, when set: the ID generator
-#: of reach's SDK setup reads it (a span with a parent keeps its parent's).
-SEED: ContextVar[int | None] = ContextVar("reach_trace_seed", default=None)
 
 _HEX = "0123456789abcdef"
 _ID_SPACE = 1 << 64
@@ -133,6 +133,10 @@ def envelope_context(env: Envelope) -> Context:
 def traced(env: Envelope, span: Span) -> Envelope:
     """``env`` carrying ``span`` as its parent span (unchanged for a span with no context, or
     one it carries already)."""
+    if type(span) is StoreSpan:  # its IDs in hex already
+        if env.span_id == span.span_hex:
+            return env
+        return env.with_trace_context(span.trace_hex, span.span_hex, span.flags)
     ctx = span.get_span_context()
     if not ctx.is_valid or (env.span_id is not None and int(env.span_id, 16) == ctx.span_id):
         return env
@@ -156,26 +160,32 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         parent: The envelope whose handler sends it, if any.
     """
     current = trace.get_current_span()
-    ctx = current.get_span_context()
-    if ctx.is_valid:
-        if not ctx.trace_flags.sampled:
-            return current, traced(env, current)
-    elif parent is not None and sampled_out(parent):  # its handler runs in no span
-        dropped: Span = NonRecordingSpan(_remote(parent))
-        return dropped, traced(env, dropped)
-    elif TRACING.bound is not None:  # a new trace: dropped by reach's sampler?
-        seed = trace_int(env.trace_id)
-        if seed and not keeps(seed, TRACING.bound):  # its context alone, with a span ID
-            return INVALID_SPAN, env.with_trace_context(
-                env.trace_id, f"{random.getrandbits(64) or 1:016x}", 0)
+    seed = 0
+    if type(current) is not StoreSpan:  # (one is recording: its trace is sampled)
+        ctx = current.get_span_context()
+        if ctx.is_valid:
+            if not ctx.trace_flags.sampled:
+                return current, traced(env, current)
+        elif parent is not None and sampled_out(parent):  # its handler runs in no span
+            dropped: Span = NonRecordingSpan(_remote(parent))
+            return dropped, traced(env, dropped)
+        else:  # a new trace: dropped by reach's sampler?
+            seed = trace_int(env.trace_id)
+            bound = TRACING.bound
+            if bound is not None and seed and not keeps(seed, bound):  # its context alone
+                return INVALID_SPAN, env.with_trace_context(
+                    env.trace_id, f"{random.getrandbits(64) or 1:016x}", 0)
     attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
                                    Attr.MSG_TYPE: env.msg_type.value}
     if capability is not None:
         attrs[Attr.CAPABILITY] = attrs[Attr.RECEIVER] = capability
     if env.session_id is not None:
         attrs[Attr.SESSION_ID] = env.session_id
-    span = start(tracer, f"{SpanName.SEND} {capability or env.receiver}", SpanKind.CLIENT,
-                 context=None, trace_id=env.trace_id, attributes=attrs)
+    name = f"{SpanName.SEND} {capability or env.receiver}"
+    span = (tracer.under(name, "client", current, seed, env.trace_id, attrs)
+            if type(tracer) is StoreTracer else
+            start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
+                  attributes=attrs))
     return span, traced(env, span)
 
 
@@ -194,8 +204,15 @@ def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrVal
                                    Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes}
     if env.session_id is not None:
         attrs[Attr.SESSION_ID] = env.session_id
-    return start(tracer, f"{SpanName.HANDLE} {env.payload_schema}", SpanKind.SERVER,
-                 context=envelope_context(env), trace_id=env.trace_id, attributes=attrs)
+    name = f"{SpanName.HANDLE} {env.payload_schema}"
+    if type(tracer) is StoreTracer:  # the envelope's IDs, as they are
+        if env.span_id is not None:
+            return tracer.child(name, "server", env.trace_id, env.span_id, env.trace_flags,
+                                attrs)
+        seed = trace_int(env.trace_id)
+        return tracer.root(name, "server", seed, env.trace_id if seed else None, attrs)
+    return start(tracer, name, SpanKind.SERVER, context=envelope_context(env),
+                 trace_id=env.trace_id, attributes=attrs)
 
 
 def failed(span: Span, error: ReachError) -> None:

@@ -1,0 +1,123 @@
+"""Finished spans on their way from a process to the cluster's trace store, for the tracer of
+:mod:`reach._runtime.store_tracer`: each packed as it ends, sent in batches (one
+:class:`~reach.spans.SpanBatch` each) from the process's event loop, never waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from reach.spans import SpanBatch, SpanRow, pack_row
+
+log = logging.getLogger("reach._runtime.span_sink")
+
+#: Sends a batch of finished spans to the trace store (awaited on the process's event loop; a
+#: failure is only logged).
+SendBatch = Callable[[SpanBatch], Awaitable[None]]
+
+#: How many finished spans a process holds for the trace store before it drops them.
+STORE_QUEUE = 32_768
+#: Spans a batch holds at most, and how long a span waits for its batch to leave (seconds).
+BATCH_SPANS, BATCH_DELAY_S = 1024, 0.5
+
+#: The loop running in this thread, or None (asyncio's low-level getter: it never raises).
+_running_loop = asyncio._get_running_loop
+
+
+class SpanSink:
+    """Finished spans on their way to the trace store: each batch leaves from the event loop
+    when it holds :data:`BATCH_SPANS` spans or its first has waited :data:`BATCH_DELAY_S`.
+    Past :data:`STORE_QUEUE` spans held, or with no event loop to send from, spans are dropped
+    (counted), never waited for.
+
+    Args:
+        send: Sends a batch to the store.
+        process: This process's name (its spans' ``process``).
+    """
+
+    def __init__(self, send: SendBatch, process: str) -> None:
+        self._send = send
+        self.process = process
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.dropped = 0
+        # Packed as they end: bytes are no work for the garbage collector, where a row's lists
+        # and dicts, held until their batch leaves, would be (each full collection reads them).
+        self._rows: collections.deque[bytes] = collections.deque()
+        self._due: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._soon = False
+
+    def add(self, row: SpanRow) -> None:
+        """Holds one finished span (from any thread; the loop's is the usual one)."""
+        rows = self._rows
+        if len(rows) >= STORE_QUEUE:
+            self.dropped += 1
+            return
+        rows.append(pack_row(row))
+        full = len(rows) >= BATCH_SPANS
+        if (self._due is None or (full and not self._soon)
+                or _running_loop() is not self.loop):
+            self._schedule(full)
+
+    def _schedule(self, now: bool) -> None:
+        """Has the spans held sent soon (``now``: as soon as the loop is free), from the loop
+        running here (the one of a driver's latest ``asyncio.run``), or from this process's
+        loop when no loop runs in this thread."""
+        loop = _running_loop()
+        if loop is None:  # another thread: the loop this process sends from
+            loop = self.loop
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # closed meanwhile
+                    loop.call_soon_threadsafe(self._schedule, now)
+            return
+        if loop is not self.loop:  # a new loop: what was due on the last one never runs
+            if self._due is not None:
+                self._due.cancel()
+            self.loop, self._due, self._soon = loop, None, False
+        if now and not self._soon:
+            if self._due is not None:
+                self._due.cancel()
+            self._soon = True
+            self._due = loop.call_soon(self.flush)
+        elif self._due is None:
+            self._due = loop.call_later(BATCH_DELAY_S, self.flush)
+
+    def flush(self) -> None:
+        """Sends what is held now, in batches (on the event loop's thread)."""
+        if self._due is not None:
+            self._due.cancel()
+        self._due, self._soon = None, False
+        rows = self._rows
+        while rows:
+            batch = [rows.popleft() for _ in range(min(len(rows), BATCH_SPANS))]
+            self._start(SpanBatch.join(self.process, batch), len(batch))
+
+    def _start(self, batch: SpanBatch, count: int) -> None:
+        try:
+            sent = asyncio.ensure_future(self._send(batch))
+        except Exception as exc:  # no store (yet): these spans are not kept
+            self.dropped += count
+            log.debug("spans not sent to the trace store: %s", exc)
+            return
+        sent.add_done_callback(_sent)
+
+    def force_flush(self) -> None:
+        """Sends what is held now, from the loop (from any thread: without waiting for it)."""
+        if _running_loop() is not None:
+            self.flush()
+            return
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                loop.call_soon_threadsafe(self.flush)
+
+
+def _sent(sent: asyncio.Future[None]) -> None:
+    if not sent.cancelled() and sent.exception() is not None:
+        log.debug("the trace store did not take spans: %s", sent.exception())
+
+
+__all__ = ["BATCH_DELAY_S", "BATCH_SPANS", "STORE_QUEUE", "SendBatch", "SpanSink"]

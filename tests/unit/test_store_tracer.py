@@ -1,0 +1,387 @@
+"""reach's lighter tracer, for a process whose spans go to the trace store only: the same work
+makes the same spans as with the SDK (names, kinds, parents, attributes, statuses, events,
+links), its sampling decisions and trace flags are the SDK's, a span takes what the API gives it
+as the SDK's does, and its batches reach the store (full at once, else after a delay, from a
+driver's next loop, from another thread), dropped past the bound, packed as one blob."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+)
+from pydantic import BaseModel
+
+import reach
+from policies.tasks import SeverityPolicy
+from reach import clock
+from reach._runtime.span_export import SeededIds, to_record
+from reach._runtime.span_sink import BATCH_DELAY_S, BATCH_SPANS, STORE_QUEUE, SpanSink
+from reach._runtime.store_tracer import StoreTracerProvider
+from reach._runtime.trace_setup import install
+from reach._runtime.tracer import TRACING, start, use
+from reach.errors import Severity
+from reach.spans import (
+    Attr,
+    SpanBatch,
+    SpanEvent,
+    SpanLink,
+    SpanRecord,
+    SpanRow,
+    SpanStatus,
+)
+from reach.spans import SpanKind as RecordKind
+from reach.testing import FakeCluster, eventually, run
+from reach.tracing import Tracing
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@reach.schema("stt.ask@1.0")
+class Ask(BaseModel):
+    text: str
+    fail: str = ""
+
+
+@reach.schema("stt.answer@1.0")
+class Answer(BaseModel):
+    text: str
+    by: str
+
+
+class Echo(reach.Agent):
+    """Answers with what it got, or fails as asked; sets an attribute of its own on its span."""
+
+    capabilities = ("stt.echo",)
+
+    @reach.handler(Ask, returns=Answer)
+    async def say(self, ctx: reach.Context, m: Ask) -> Answer:
+        trace.get_current_span().set_attribute("app.words", len(m.text.split()))
+        if m.fail:
+            raise reach.ReachError(f"asked to fail {m.fail}", severity=Severity(m.fail))
+        return Answer(text=m.text, by=self.id)
+
+    @reach.handler(Answer)
+    async def heard(self, ctx: reach.Context, m: Answer) -> None:
+        return None
+
+
+class Relay(reach.Agent):
+    """Asks a holder of stt.echo, by capability, and answers with its answer."""
+
+    capabilities = ("stt.relay",)
+
+    @reach.handler(Ask, returns=Answer)
+    async def say(self, ctx: reach.Context, m: Ask) -> Answer:
+        return (await ctx.request_capability("stt.echo", m, returns=Answer)).value
+
+
+async def work(fake: FakeCluster) -> None:
+    """A request through two agents, a failed request, a notification and a task retried once
+    on another holder."""
+    rt = fake.runtime()
+    await rt.spawn(Relay, "stt-relay")
+    await rt.spawn(Echo, "stt-echo", placement=reach.Packed(pool="stt-p", size=1))
+    await rt.client.request("stt-relay", Ask(text="a few words"), returns=Answer)
+    with pytest.raises(reach.ReachError):
+        await rt.client.request("stt-echo", Ask(text="x", fail="fatal"))
+    await rt.client.notify("stt-echo", Answer(text="n", by="me"))
+    sup = await rt.supervise(reach.SupervisorSpec("stt-sup", seed=7,
+                                                  task_policy=SeverityPolicy(), children=[
+        reach.ChildSpec(Echo, "stt-echo-a", placement=reach.Packed(pool="stt-r", size=2)),
+        reach.ChildSpec(Echo, "stt-echo-b", placement=reach.Packed(pool="stt-r", size=2))]))
+    task = await sup.submit("stt.echo", Ask(text="x", fail="retryable"), by_capability=True,
+                            retry_limit=1)
+    await task.result()
+
+
+Shape = tuple[Any, ...]
+_VOLATILE = {str(Attr.QUEUED_MS), str(Attr.TASK_ID)}  # a time, and a task's fresh ID
+_STACK = "exception.stacktrace"  # names the frames of each tracer's own code
+
+
+def shapes(records: list[SpanRecord]) -> list[Shape]:
+    """Each span with its IDs and times left out: its parent and links named by their names."""
+    by_id = {r.span_id: r for r in records}
+
+    def label(span_id: str) -> tuple[str, object]:
+        other = by_id[span_id]
+        return other.name, other.attributes.get(str(Attr.AGENT_ID))
+
+    return sorted(
+        (r.name, r.kind, r.status, r.status_message,
+         tuple(sorted((str(k), _driver(v)) for k, v in r.attributes.items()
+                      if k not in _VOLATILE)),
+         None if r.parent_span_id is None else label(r.parent_span_id),
+         tuple((e.name, tuple(sorted((k, v) for k, v in e.attributes.items()
+                                     if k != _STACK))) for e in r.events),
+         tuple(label(link.span_id) for link in r.links))
+        for r in records)
+
+
+def _driver(value: object) -> object:
+    """A driver's name, and a dedicated host's, are their own each run."""
+    if isinstance(value, str):
+        for prefix in ("driver:", "reach.host."):
+            if value.startswith(prefix):
+                return prefix
+    return value
+
+
+def with_sdk(scenario: Callable[[FakeCluster], Awaitable[None]]) -> list[SpanRecord]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(1.0)),
+                              id_generator=SeededIds())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    use(provider, 1.0)
+    try:
+        run(scenario)
+    finally:
+        use(None)
+    return [to_record(s, "stt") for s in exporter.get_finished_spans()]
+
+
+def with_store_tracer(scenario: Callable[[FakeCluster], Awaitable[None]]) -> list[SpanRecord]:
+    async def traced(fake: FakeCluster) -> list[SpanRecord]:
+        store = fake.trace_store()
+        sent: list[int] = []
+
+        async def send(batch: SpanBatch) -> None:
+            sent.append(len(batch))
+            await store.add_spans(batch)
+
+        provider = StoreTracerProvider(1.0, SpanSink(send, "stt"))
+        use(provider, 1.0)
+        try:
+            await scenario(fake)
+        finally:
+            use(None)
+        provider.force_flush()
+
+        async def all_held() -> bool:
+            return (await store.trace_stats()).received == sum(sent) > 0
+        await eventually(all_held)
+        found = await store.find_traces(limit=1000)
+        return [span for t in found for span in await store.trace(t.trace_id)]
+
+    return run(traced)
+
+
+# -- the same spans as the SDK's --------------------------------------------------------------
+
+
+def test_the_same_work_makes_the_same_spans_as_with_the_sdk() -> None:
+    sdk, ours = with_sdk(work), with_store_tracer(work)
+    assert len(ours) == len(sdk) > 10
+    assert shapes(ours) == shapes(sdk)
+    echoed = [s for s in ours if s.name == "handle stt.ask@1.0"
+              and str(s.attributes[Attr.AGENT_ID]).startswith("stt-echo")]
+    assert {s.attributes["app.words"] for s in echoed} == {1, 3}  # the handler's own
+
+
+def test_a_trace_s_first_span_takes_reach_s_trace_id_and_its_children_the_same() -> None:
+    provider = StoreTracerProvider(1.0, None)
+    tracer = provider.get_tracer("t")
+    root = start(tracer, "a", SpanKind.INTERNAL, context=None, trace_id=TRACE)
+    with trace.use_span(root, end_on_exit=True):
+        child = start(tracer, "b", SpanKind.INTERNAL, context=None, trace_id="not-w3c")
+    assert f"{root.get_span_context().trace_id:032x}" == TRACE
+    assert child.get_span_context().trace_id == root.get_span_context().trace_id
+    other = start(tracer, "c", SpanKind.INTERNAL, context=None, trace_id="not-w3c")
+    assert f"{other.get_span_context().trace_id:032x}" != TRACE
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.01, 0.5, 1.0])
+def test_its_sampling_decisions_and_trace_flags_are_the_sdk_s(ratio: float) -> None:
+    sdk = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)),
+                         id_generator=SeededIds()).get_tracer("t")
+    ours = StoreTracerProvider(ratio, None).get_tracer("t")
+    rng = random.Random(11)
+
+    def flags(tracer: Tracer, trace_id: str, parent: SpanContext | None) -> tuple[bool, int]:
+        context = None if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
+        span = start(tracer, "x", SpanKind.SERVER, context=context, trace_id=trace_id)
+        return span.is_recording(), int(span.get_span_context().trace_flags)
+
+    for _ in range(500):
+        trace_id = f"{rng.getrandbits(128) or 1:032x}"
+        assert flags(ours, trace_id, None) == flags(sdk, trace_id, None)
+        parent = SpanContext(int(trace_id, 16), rng.getrandbits(64) or 1, is_remote=True,
+                             trace_flags=TraceFlags(rng.randrange(4)))
+        assert flags(ours, trace_id, parent) == flags(sdk, trace_id, parent)
+
+
+def test_a_span_takes_what_the_api_gives_it_as_the_sdk_s_does() -> None:
+    def exercise(tracer: Tracer) -> None:
+        linked = tracer.start_span("linked")
+        linked.end()
+        with tracer.start_as_current_span("outer", kind=SpanKind.SERVER) as outer:
+            outer.set_attributes({"a.int": 1, "a.list": ["x", "y"], "a.none": None})
+            outer.set_attribute("a.bool", True)
+            outer.add_event("step", {"n": 2})
+            outer.add_link(linked.get_span_context())
+            outer.update_name("renamed")
+            outer.set_status(Status(StatusCode.UNSET))  # ignored
+            outer.record_exception(KeyError("k"), {"extra": "y"}, timestamp=5)
+            with (pytest.raises(ValueError, match="boom"),
+                  tracer.start_as_current_span("inner") as inner):
+                assert trace.get_current_span() is inner
+                raise ValueError("boom")
+        outer.set_attribute("late", 1)  # ended: ignored
+        ok = tracer.start_span("ok", links=[Link(linked.get_span_context())])
+        ok.set_status(StatusCode.OK)
+        ok.set_status(Status(StatusCode.ERROR, "too late"))  # OK is final
+        ok.end()
+        ok.end()
+
+    exporter = InMemorySpanExporter()
+    sdk = TracerProvider(id_generator=SeededIds())
+    sdk.add_span_processor(SimpleSpanProcessor(exporter))
+    exercise(sdk.get_tracer("t"))
+    expected = [to_record(s, "p") for s in exporter.get_finished_spans()]
+
+    async def caught() -> list[SpanRecord]:
+        got: list[SpanRecord] = []
+
+        async def send(batch: SpanBatch) -> None:
+            got.extend(batch)
+
+        sink = SpanSink(send, "p")
+        exercise(StoreTracerProvider(1.0, sink).get_tracer("t"))
+        sink.flush()
+        await asyncio.sleep(0)
+        return got
+
+    got = asyncio.run(caught())
+    assert shapes(got) == shapes(expected)
+    assert len(got) == 4
+    inner = next(r for r in got if r.name == "inner")
+    assert (inner.status, inner.status_message) == (SpanStatus.ERROR, "ValueError: boom")
+    [event] = inner.events
+    assert (event.name, event.attributes["exception.type"]) == ("exception", "ValueError")
+    assert "ValueError: boom" in str(event.attributes["exception.stacktrace"])
+
+
+# -- its batches to the store -----------------------------------------------------------------
+
+
+def row(n: int) -> SpanRow:
+    return [TRACE, f"{n + 1:016x}", None, "x", "internal", n, n + 1, "unset", "", {}, None, None]
+
+
+@contextmanager
+def sink_to(sent: list[int]) -> Iterator[SpanSink]:
+    async def send(batch: SpanBatch) -> None:
+        sent.append(len(batch))
+
+    yield SpanSink(send, "stt")
+
+
+def test_a_full_batch_leaves_at_once_and_the_rest_after_a_delay() -> None:
+    sent: list[int] = []
+
+    async def scenario(_fake: FakeCluster) -> None:
+        with sink_to(sent) as sink:
+            started = clock.monotonic()
+            for n in range(BATCH_SPANS + 3):
+                sink.add(row(n))
+            await eventually(lambda: _true(sent == [BATCH_SPANS, 3]), every_s=0.001)
+            assert clock.monotonic() - started < BATCH_DELAY_S  # the first was full
+            started = clock.monotonic()
+            sink.add(row(0))
+            await eventually(lambda: _true(len(sent) == 3), every_s=0.01)
+            assert clock.monotonic() - started >= BATCH_DELAY_S
+
+    run(scenario)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_spans_held_when_a_driver_s_loop_ends_leave_from_its_next_loop() -> None:
+    sent: list[int] = []
+    with sink_to(sent) as sink:
+        async def first(_fake: FakeCluster) -> None:
+            sink.add(row(1))  # its batch is due on this loop, which ends first
+
+        async def second(_fake: FakeCluster) -> None:
+            sink.add(row(2))
+            await eventually(lambda: _true(sent == [2]))
+
+        run(first)
+        assert sent == []
+        run(second)
+    assert sink.dropped == 0
+
+
+def test_a_span_ended_on_another_thread_leaves_from_the_process_s_loop() -> None:
+    sent: list[int] = []
+
+    async def scenario(_fake: FakeCluster) -> None:
+        with sink_to(sent) as sink:
+            sink.add(row(0))
+            await eventually(lambda: _true(sent == [1]))  # the loop is known, nothing is due
+            await asyncio.to_thread(sink.add, row(1))
+            await eventually(lambda: _true(sent == [1, 1]))
+
+    run(scenario)
+
+
+def test_past_the_bound_spans_are_dropped_and_counted() -> None:
+    with sink_to([]) as sink:
+        for n in range(STORE_QUEUE + 5):  # no loop to send from: all held
+            sink.add(row(n))
+        assert sink.dropped == 5
+
+
+def test_a_batch_is_one_blob_that_reads_back_as_the_records_it_packed() -> None:
+    rich = SpanRecord(TRACE, "00f067aa0ba902b7", "00f067aa0ba902b8", "send stt-x",
+                      RecordKind.CLIENT, 10, 20, SpanStatus.ERROR, "it broke", "reach.host.x",
+                      {"reach.agent_id": "stt-x", "reach.epoch": 3, "reach.queued_ms": 0.5,
+                       "flag": True},
+                      (SpanEvent("resend", 15, {"reach.attempt": 1}),),
+                      (SpanLink(TRACE, "00f067aa0ba902b9"),))
+    bare = SpanRecord(TRACE, "00f067aa0ba902ba", None, "x", RecordKind.INTERNAL, 1, 2,
+                      process="reach.host.x")
+    rows = [[r.trace_id, r.span_id, r.parent_span_id, r.name, r.kind.value, r.start_ns,
+             r.end_ns, r.status.value, r.status_message, r.attributes,
+             [[e.name, e.at_ns, e.attributes] for e in r.events],
+             [[link.trace_id, link.span_id] for link in r.links]] for r in (rich, bare)]
+    batch = SpanBatch.pack("reach.host.x", rows)
+    copied = pickle.loads(pickle.dumps(batch))
+    assert list(copied) == [rich, bare]
+    assert (len(copied), copied[1], copied[:1]) == (2, bare, [rich])
+    assert isinstance(copied[0].attributes["flag"], bool)
+    assert len(pickle.dumps(batch)) < len(pickle.dumps([rich, bare]))
+
+
+def test_install_traces_with_the_sdk_only_where_otlp_is_set() -> None:
+    try:
+        assert isinstance(install(Tracing(1.0), "stt", None), StoreTracerProvider)
+        assert TRACING.tracer is not None
+        use(None)
+        made = install(Tracing(1.0, otlp_endpoint="http://127.0.0.1:9"), "stt", None)
+        assert isinstance(made, TracerProvider)
+        made.shutdown()
+    finally:
+        use(None)
