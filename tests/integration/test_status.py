@@ -97,7 +97,11 @@ async def test_status_gathers_agents_the_supervision_tree_tasks_and_dead_letters
     assert report.nodes == 2
     assert {rows[a].node for a in ("st-echo", "st-slow", "st-w1", "st-w2")} <= nodes
     assert rows["st-echo"].host.startswith("host.")
-    assert (rows["st-slow"].host, rows["st-w2"].host) == ("pool.st-busy.0", "pool.st.0")
+    assert rows["st-slow"].host == "pool.st-busy.0"
+    # st-w2's crash left its one-host pool with no live host: its restart took a warm spare
+    # when one was offered, else waited for the pool's host to be started again.
+    w2_host = rows["st-w2"].host
+    assert w2_host == "pool.st.0" or w2_host.startswith("host."), w2_host
     assert rows["st-echo"].status == AgentStatus.ONLINE
     w2 = await rt.cluster.registry().lookup("st-w2")
     assert w2 is not None
@@ -115,13 +119,13 @@ async def test_status_gathers_agents_the_supervision_tree_tasks_and_dead_letters
     assert (sub.name, sub.state, sub.restarts) == ("st-sub", SupervisorState.RUNNING, 0)
     assert root.node in nodes
     assert sub.node == root.node, "a child supervisor runs on its parent's node"
-    assert sub.children == (ChildRow("st-w2", "permanent", 1, "pool.st.0"),)
+    assert sub.children == (ChildRow("st-w2", "permanent", 1, w2_host),)
     assert root.tasks == {"completed": 1}
     assert report.tasks["completed"] >= 1
     assert report.dead_letters >= 1
 
     text = status.format_status(report)
-    assert "└─ st-w2  permanent  restarts 1  on pool.st.0" in text
+    assert f"└─ st-w2  permanent  restarts 1  on {w2_host}" in text
     await sup.stop()
     for agent_id in ("st-echo", "st-slow"):
         await rt.stop(agent_id)
