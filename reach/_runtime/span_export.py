@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind as OtelKind
 from opentelemetry.trace import StatusCode
 
-from reach._runtime.span_sink import STORE_QUEUE
+from reach._runtime.span_sink import STORE_QUEUE, start_send
 from reach._runtime.store_tracer import SEED
 from reach.spans import AttrValue, SpanBatch, SpanKind, SpanRecord, SpanRow, SpanStatus
 from reach.tracing import Tracing
@@ -123,17 +123,8 @@ class StoreExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def _start(self, batch: SpanBatch, count: int) -> None:
-        try:
-            sent = asyncio.ensure_future(self._send(batch))
-        except Exception as exc:  # no store (yet): these spans are not kept
+        if not start_send(self._send, batch):
             self.dropped += count
-            log.debug("spans not sent to the trace store: %s", exc)
-            return
-        sent.add_done_callback(self._sent)
-
-    def _sent(self, sent: asyncio.Future[None]) -> None:
-        if not sent.cancelled() and sent.exception() is not None:
-            log.debug("the trace store did not take spans: %s", sent.exception())
 
     def shutdown(self) -> None:
         """Nothing to release."""

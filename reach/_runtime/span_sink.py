@@ -96,13 +96,8 @@ class SpanSink:
             self._start(SpanBatch.join(self.process, batch), len(batch))
 
     def _start(self, batch: SpanBatch, count: int) -> None:
-        try:
-            sent = asyncio.ensure_future(self._send(batch))
-        except Exception as exc:  # no store (yet): these spans are not kept
+        if not start_send(self._send, batch):
             self.dropped += count
-            log.debug("spans not sent to the trace store: %s", exc)
-            return
-        sent.add_done_callback(_sent)
 
     def force_flush(self) -> None:
         """Sends what is held now, from the loop (from any thread: without waiting for it)."""
@@ -115,9 +110,21 @@ class SpanSink:
                 loop.call_soon_threadsafe(self.flush)
 
 
+def start_send(send: SendBatch, batch: SpanBatch) -> bool:
+    """Starts sending ``batch`` to the trace store (on the running loop, never awaited: a send
+    that fails is logged); False when it could not start (no store yet): its spans are lost."""
+    try:
+        sent = asyncio.ensure_future(send(batch))
+    except Exception as exc:  # no store (yet): these spans are not kept
+        log.debug("spans not sent to the trace store: %s", exc)
+        return False
+    sent.add_done_callback(_sent)
+    return True
+
+
 def _sent(sent: asyncio.Future[None]) -> None:
     if not sent.cancelled() and sent.exception() is not None:
         log.debug("the trace store did not take spans: %s", sent.exception())
 
 
-__all__ = ["BATCH_DELAY_S", "BATCH_SPANS", "STORE_QUEUE", "SendBatch", "SpanSink"]
+__all__ = ["BATCH_DELAY_S", "BATCH_SPANS", "STORE_QUEUE", "SendBatch", "SpanSink", "start_send"]
