@@ -2,9 +2,10 @@
 
 Each agent child is watched through its host (``watch_agent``), so an exit is known the moment
 it happens: a normal exit, an abnormal one, or the host's process dying (SIGKILL, ``os._exit``,
-a packed host with all its agents). Children that fail together (one host) are one failure event:
-one restart counted against the intensity, which is the supervisor's; how long a child waits
-before its restart is its own streak's affair (see :func:`policies.supervision.plan_restart`).
+a packed host with all its agents). Children that fail together (one host, or a lost node) are
+one failure: one restart against the intensity, which is the supervisor's (processes that die
+apart are a failure each); how long a child waits before its restart is its own streak's affair
+(see :func:`policies.supervision.plan_restart`).
 A child supervisor runs on its parent's node, so that a whole tree shares the fate of its root's
 node while its agents go where their placements say. Past the intensity, the supervisor stops its
 children in reverse order and gives up; its parent sees that as this child failing, and the
@@ -18,6 +19,7 @@ Supervisors also own tasks (see :mod:`reach._runtime.tasks`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from typing import Any
@@ -54,8 +56,8 @@ from reach.specs import ChildSpec, RemoteChild, SupervisorSpec, TaskSpec
 
 log = logging.getLogger("reach.supervisor")
 
-#: Exits detected within this window are one failure event (a host's agents die together: their
-#: watches fail within a few milliseconds of each other).
+#: Exits detected within this window are handled as one batch (a host's agents die together:
+#: their watches fail within a few milliseconds of each other).
 FAILURE_WINDOW_S = 0.003
 
 
@@ -168,7 +170,7 @@ class Supervisor:
             self.hosts[child_id] = record.host
             self.nodes[child_id] = record.node
             self.epochs[child_id] = record.epoch
-            monitor = self._watch_agent(child_id, gen, record.host)
+            monitor = self._watch_agent(child_id, gen, record.host, record.node)
         self.health[child_id] = self.health.get(child_id, ChildHealth()).started(
             clock.monotonic())
         self.started.append(child_id)
@@ -216,16 +218,19 @@ class Supervisor:
 
     # -- watching ------------------------------------------------------------------------------
 
-    async def _watch_agent(self, child_id: str, gen: int, host_name: str) -> None:
+    async def _watch_agent(self, child_id: str, gen: int, host_name: str, node: str) -> None:
         died_with: str | None = None
+        lost: str | None = None
         try:
             exit_ = await self.cluster.host(host_name).watch_agent(child_id)
             normal, reason = exit_.normal, exit_.reason
         except ReachError as exc:  # AgentUnavailable: the host's process died
             normal, reason, died_with = False, f"host {host_name} died: {exc.message}", host_name
+            if (exc.details or {}).get("unreachable"):  # not seen to die: its node may be lost
+                lost = node
             if gen == self.gen.get(child_id):
                 self.died_on[child_id] = host_name
-        self._exited(child_id, gen, normal, reason, died_with)
+        self._exited(child_id, gen, normal, reason, died_with=died_with, lost=lost)
 
     async def _watch_supervisor(self, child_id: str, gen: int, port: SupervisorPort) -> None:
         try:
@@ -235,13 +240,14 @@ class Supervisor:
             normal, reason = False, f"supervisor died: {exc.message}"
         self._exited(child_id, gen, normal, reason)
 
-    def _exited(self, child_id: str, gen: int, normal: bool, reason: str,
-                died_with: str | None = None) -> None:
+    def _exited(self, child_id: str, gen: int, normal: bool, reason: str, *,
+                died_with: str | None = None, lost: str | None = None) -> None:
         if gen != self.gen.get(child_id) or child_id in self.stopping:
             return  # an older incarnation, or a child this supervisor stopped on purpose
         if child_id not in self.started:
             return
-        self._exits.append(ChildExit(child_id, normal, reason, clock.monotonic(), died_with))
+        self._exits.append(ChildExit(child_id, normal, reason, clock.monotonic(), died_with,
+                                     lost))
         self._handle_soon()
 
     def _handle_soon(self) -> None:
@@ -255,7 +261,7 @@ class Supervisor:
         assert self._lock is not None
         async with self._lock:
             while self._exits and self.state is SupervisorState.RUNNING:
-                batch, self._exits = self._exits, []
+                batch, self._exits = self._on_dead_nodes(self._exits), []
                 plan = plan_restart(
                     batch, started=self.started,
                     restart_types={c: s.restart for c, s in self.specs.items()},
@@ -276,6 +282,21 @@ class Supervisor:
         exited = {e.child_id for e in self._exits}
         where = frozenset().union(*(self._place(c) for c in exited))
         return any(self._place(c) & where for c in self.started if c not in exited)
+
+    def _on_dead_nodes(self, batch: list[ChildExit]) -> list[ChildExit]:
+        """The batch, each host death on a node the cluster knows dead naming that node (one
+        failure). The cluster is asked only when the deaths of two hosts of one node, seen to
+        die, are in the batch: they are as many failures unless their node is gone."""
+        on: dict[str, set[str]] = {}
+        for e in batch:
+            if e.host is not None and e.node is None and e.child_id in self.nodes:
+                on.setdefault(self.nodes[e.child_id], set()).add(e.host)
+        if not any(len(hosts) > 1 for hosts in on.values()):
+            return batch
+        dead = {n.node_id for n in self.cluster.nodes() if not n.alive}
+        return [dataclasses.replace(e, node=self.nodes[e.child_id])
+                if e.host is not None and e.node is None and self.nodes.get(e.child_id) in dead
+                else e for e in batch]
 
     def _place(self, child_id: str) -> frozenset[str]:
         """Where a child runs: its host and its node (a node's death takes all of them);

@@ -108,15 +108,17 @@ def to_restart(strategy: Strategy, started: Sequence[str], failed: str) -> list[
     return list(started[started.index(failed):])
 
 
-def record_restart(history: Sequence[float], now: float, intensity: Intensity
+def record_restart(history: Sequence[float], now: float, intensity: Intensity, count: int = 1
                    ) -> tuple[tuple[float, ...], bool]:
-    """Adds a restart at ``now`` to the history and tells whether the intensity is exceeded.
+    """Adds ``count`` restarts at ``now`` to the history and tells whether the intensity is
+    exceeded.
 
     Returns:
-        The restarts still inside the period (``now`` included), and True when there are more of
-        them than ``intensity.max_restarts``: the supervisor must give up and escalate.
+        The restarts still inside the period (those at ``now`` included), and True when there
+        are more of them than ``intensity.max_restarts``: the supervisor must give up and
+        escalate.
     """
-    kept = (*(t for t in history if now - t < intensity.period_s), now)
+    kept = (*(t for t in history if now - t < intensity.period_s), *(now,) * count)
     return kept, len(kept) > intensity.max_restarts
 
 
@@ -133,6 +135,10 @@ class ChildExit:
     host: str | None = None
     """The host whose death ended it (None: it ended on its own, its host alive). Children of
     one batch that name the same host died together: their death is nobody's own fault."""
+    node: str | None = None
+    """The node whose loss may have ended it along with its host, as its supervisor could tell
+    (its host was unreachable rather than seen to die, or the node is known dead); None: its
+    host died alone. Children of one batch that name the same node are one failure."""
 
 
 @dataclass(frozen=True)
@@ -202,15 +208,17 @@ def plan_restart(
 ) -> RestartPlan:
     """Decides what a supervisor does about a batch of exits detected together.
 
-    A batch is one failure event (a host's agents die together): however many children it
-    restarts, it counts as one restart against the intensity, which is the supervisor's, as in
-    OTP. How long each child waits is its own affair: a child that ran for ``reset_s`` since its
-    last restart is restarted at once; one that failed again sooner backs off by its own streak
-    of such restarts (``backoff``, attempt 0 at its second failure in a row), whatever its
-    siblings did. Children that died together with their host are restarted at once and their
-    streaks stay as they were: which of them killed it cannot be told, and holding the others
-    back for it would make innocent host-mates wait (a crash loop among them is stopped by the
-    intensity).
+    Each failure of the batch counts as one restart against the intensity, which is the
+    supervisor's, as in OTP, however many children it restarts: the children that died with one
+    host are one failure, and so are those that died with one lost node (:attr:`ChildExit.node`);
+    any other exit is a failure of its own, however close to another it was detected (two
+    processes killed apart are two failures). How long each child waits is its own affair: a
+    child that ran for ``reset_s`` since its last restart is restarted at once; one that failed
+    again sooner backs off by its own streak of such restarts (``backoff``, attempt 0 at its
+    second failure in a row), whatever its siblings did. Children that died together with their
+    host (or lost node) are restarted at once and their streaks stay as they were: which of them
+    killed it cannot be told, and holding the others back for it would make innocent host-mates
+    wait (a crash loop among them is stopped by the intensity).
 
     Args:
         exits: The exits of the batch, in the order they were detected.
@@ -245,7 +253,9 @@ def plan_restart(
     if not restart:
         return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
                            history=tuple(history), give_up=False, reasons={})
-    new_history, exceeded = record_restart(history, now, intensity)
+    failures = _failures([e for e in exits if e.child_id in started
+                          and should_restart(restart_types[e.child_id], not e.normal)])
+    new_history, exceeded = record_restart(history, now, intensity, failures)
     if exceeded:
         return RestartPlan(ended=ended, stop=(), restart=(), delay_s=0.0,
                            history=new_history, give_up=True, reasons={})
@@ -281,14 +291,28 @@ def plan_restart(
     )
 
 
+def _failure(e: ChildExit) -> tuple[str, str]:
+    """The failure an exit is part of: its lost node's, else its dead host's, else its own."""
+    if e.node is not None:
+        return "node", e.node
+    if e.host is not None:
+        return "host", e.host
+    return "child", e.child_id
+
+
+def _failures(exits: Sequence[ChildExit]) -> int:
+    """How many failures some exits are (a child that exited twice in the batch fails once)."""
+    return len({_failure(e) for e in exits})
+
+
 def _died_together(exits: Sequence[ChildExit]) -> set[str]:
-    """The children of a batch that died with a host that another child of the batch died
-    with too."""
-    by_host: dict[str, set[str]] = {}
+    """The children of a batch that died with a host, or a lost node, that another child of
+    the batch died with too."""
+    by_place: dict[tuple[str, str], set[str]] = {}
     for e in exits:
         if e.host is not None:
-            by_host.setdefault(e.host, set()).add(e.child_id)
-    return {c for group in by_host.values() if len(group) > 1 for c in group}
+            by_place.setdefault(_failure(e), set()).add(e.child_id)
+    return {c for group in by_place.values() if len(group) > 1 for c in group}
 
 
 def _sweep(exits: Sequence[ChildExit], started: Sequence[str],

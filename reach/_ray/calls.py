@@ -13,16 +13,23 @@ from collections.abc import Callable, Generator
 from typing import Any, cast
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayError,
+    RayTaskError,
+)
 
-from reach.errors import AgentUnavailable, ReachError
+from reach.errors import AgentUnavailable, Detail, ReachError
 
 
 def translate(exc: BaseException, name: str) -> BaseException:
     """What a failed call to the process ``name`` raises: the one translation of Ray's errors.
 
     A ReachError raised remotely arrives as itself; so does the exception an agent's constructor
-    (or ``on_start``) raised in a host. A dead or unreachable process is AgentUnavailable.
+    (or ``on_start``) raised in a host. A dead or unreachable process is AgentUnavailable (its
+    details say ``unreachable`` when the process was not seen to die).
     """
     if isinstance(exc, ReachError):
         return exc
@@ -31,10 +38,15 @@ def translate(exc: BaseException, name: str) -> BaseException:
         if isinstance(cause, BaseException) and not isinstance(cause, RayError):
             return cause
     if isinstance(exc, RayActorError):
+        details: dict[str, Detail] = {"endpoint": name}
+        if isinstance(exc, ActorUnavailableError):
+            # Not seen to die, only unreachable: so are the processes of a node lost, until
+            # Ray's health checks declare it dead (a process killed on a live node is seen to).
+            details["unreachable"] = True
         return AgentUnavailable(
             f"{name} is dead or unreachable: {type(exc).__name__}",
             suggestion="retry: a supervisor may restart the agent, or another holder may answer",
-            details={"endpoint": name},
+            details=details,
         )
     if isinstance(exc, GetTimeoutError):
         return AgentUnavailable(f"{name} did not answer in time", details={"endpoint": name})

@@ -164,12 +164,12 @@ class FakeCluster(Cluster):
                                    details={"endpoint": name})
         while proc.dead:
             if not proc.restarts or proc.back is None:
-                raise died(name)
+                raise died(name, proc.lost)
             await proc.back.wait()
         if proc.up is not None:
             await proc.up.wait()
             if proc.dead:  # killed while it started
-                raise died(name)
+                raise died(name, proc.lost)
         return proc
 
     # -- the Cluster interface -------------------------------------------------------------
@@ -335,27 +335,31 @@ class FakeCluster(Cluster):
 
     # -- failures a test makes -------------------------------------------------------------
 
-    def crash(self, name: str) -> None:
-        """Kills a process as SIGKILL would: the calls pending on it fail, its watches fail, and
-        the registry or the store comes back (empty) after :attr:`restart_delay_s`."""
+    def crash(self, name: str, lost: bool = False) -> None:
+        """Kills a process as SIGKILL would (``lost``: with its node): the calls pending on it
+        fail, its watches fail, and the registry or the store comes back (empty) after
+        :attr:`restart_delay_s`."""
         proc = self._procs[name]
-        proc.end()
+        proc.end(lost)
         if proc.restarts:
             assert self._loop is not None
             self._loop.call_later(self.restart_delay_s, self._revive, proc)
         else:
             del self._procs[name]
 
-    def crash_node(self, node: str) -> list[str]:
+    def crash_node(self, node: str, declared: bool = False) -> list[str]:
         """Kills every process of a node, which stays dead; the registry and the store come
-        back on a live node. Returns the names of the processes killed."""
+        back on a live node. Calls to its processes fail as unreachable, as Ray's do until its
+        health checks declare the node dead (``declared``: they did first, as for a machine
+        gone without closing its connections: the calls fail as to dead processes). Returns
+        the names of the processes killed."""
         self._nodes[node] = False
         hit = [p.name for p in self._procs.values() if p.node == node and not p.dead]
         for name in hit:
             proc = self._procs[name]
             if proc.restarts:
                 proc.node = self._place(HostShape())
-            self.crash(name)
+            self.crash(name, lost=not declared)
         return hit
 
     def _revive(self, proc: SimulatedProcess) -> None:

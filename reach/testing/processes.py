@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 
-from reach.errors import AgentUnavailable
+from reach.errors import AgentUnavailable, Detail
 
 T = TypeVar("T")
 
@@ -38,6 +38,7 @@ class SimulatedProcess:
     restarts: bool = False
     obj: Any = None
     dead: bool = False
+    lost: bool = False  # ended with its node: unreachable rather than seen to die
     incarnation: int = 0
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     back: asyncio.Event | None = None
@@ -74,16 +75,17 @@ class SimulatedProcess:
             result = await asyncio.shield(inner)
         except asyncio.CancelledError:
             if inner.cancelled() and (self.dead or self.incarnation != incarnation):
-                raise died(self.name) from None
+                raise died(self.name, self.lost) from None
             raise
         except BaseException as exc:
             raise copied(exc) from None
         return copied(result)
 
-    def end(self) -> None:
-        """Ends it as SIGKILL would: every task it runs is cancelled (a process the platform
-        restarts is waited for by its callers, until :meth:`revive`)."""
+    def end(self, lost: bool = False) -> None:
+        """Ends it as SIGKILL would (``lost``: with its node): every task it runs is cancelled
+        (a process the platform restarts is waited for by its callers, until :meth:`revive`)."""
         self.dead = True
+        self.lost = lost
         self.back = asyncio.Event() if self.restarts else None
         for task in list(self.tasks):
             task.cancel()
@@ -94,7 +96,7 @@ class SimulatedProcess:
         incarnation; the calls waiting for it go on."""
         self.obj = self.context().run(self.make)
         self.incarnation += 1
-        self.dead = False
+        self.dead = self.lost = False
         if self.back is not None:
             self.back.set()
 
@@ -124,12 +126,17 @@ def copied(value: T) -> T:
     return copy
 
 
-def died(name: str) -> AgentUnavailable:
-    """The error of a call to a process that died."""
-    return AgentUnavailable(f"{name} is dead or unreachable: its process died",
+def died(name: str, lost: bool = False) -> AgentUnavailable:
+    """The error of a call to a process that died (``lost``: with its node, which Ray reports
+    as unreachable, not seen to die, until its health checks declare the node dead)."""
+    details: dict[str, Detail] = {"endpoint": name}
+    if lost:
+        details["unreachable"] = True
+    return AgentUnavailable(f"{name} is dead or unreachable: its process "
+                            f"{'is unreachable' if lost else 'died'}",
                             suggestion="retry: a supervisor may restart the agent, or another "
                                        "holder may answer",
-                            details={"endpoint": name})
+                            details=details)
 
 
 async def _as_coroutine(fn: Callable[..., Any], args: tuple[Any, ...],

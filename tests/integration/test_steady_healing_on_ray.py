@@ -48,6 +48,28 @@ async def restarted(sup: reach.SupervisorRef, child: str, count: int) -> None:
     await wait_until(done, timeout_s=60)
 
 
+async def gave_up(sup: reach.SupervisorRef) -> None:
+    """Waits for the supervisor to give up; a failure says what it held meanwhile."""
+    seen: list[reach.SupervisorStatus] = []
+
+    async def failed() -> bool:
+        seen[:] = [await sup.status()]
+        return seen[0].state is reach.SupervisorState.FAILED
+
+    try:
+        await wait_until(failed, timeout_s=60)
+    except pytest.fail.Exception:
+        pytest.fail(f"the supervisor never gave up; it held: {describe(seen[0])}")
+
+
+def describe(status: reach.SupervisorStatus) -> str:
+    """A supervisor's state, children (and their hosts) and restarts, with their reasons."""
+    children = ", ".join(f"{c.child_id} on {c.host}" for c in status.children)
+    restarts = "; ".join(f"{r.child} at {r.at:.3f} after {r.latency_s:.3f} s ({r.reason})"
+                         for r in status.restarts)
+    return f"state {status.state.value}, children [{children}], restarts [{restarts}]"
+
+
 async def test_a_crash_loop_backs_off_and_escalates_while_its_sibling_heals_at_once(
     rt: Any
 ) -> None:
@@ -66,11 +88,7 @@ async def test_a_crash_loop_backs_off_and_escalates_while_its_sibling_heals_at_o
         await restarted(sup, "sh-loop-1", 4)
 
         await kill(rt, "sh-loop-1")  # the sixth restart in the period: past the intensity
-
-        async def gave_up() -> bool:
-            return (await sup.status()).state is reach.SupervisorState.FAILED
-
-        await wait_until(gave_up, timeout_s=60)
+        await gave_up(sup)
     finally:
         with contextlib.suppress(reach.ReachError, TimeoutError):
             await sup.stop()

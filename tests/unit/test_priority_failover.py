@@ -207,10 +207,11 @@ def test_with_every_holder_restarting_a_send_by_capability_fails_as_it_did_witho
 ) -> None:
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
+        # Both hosts of the pool are killed: two failures, within the intensity.
         sup = await rt.supervise(reach.SupervisorSpec("all-down", children=[
             reach.ChildSpec(Refunds, "a-primary", placement=pool("aa")),
             reach.ChildSpec(Refunds, "a-backup", placement=pool("aa"), priority=1),
-        ]))
+        ], intensity=reach.Intensity(2, 5.0)))
         assert await who(rt) == "a-primary"
         hosts = {(await rt.cluster.registry().lookup(a)).host for a in ("a-primary", "a-backup")}
         HELD["a-primary"], HELD["a-backup"] = asyncio.Event(), asyncio.Event()

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (
+    ActorDiedError,
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayTaskError,
+)
 
 import reach._ray.cluster
 from reach._ray import RayCluster
@@ -38,6 +44,17 @@ def test_a_dead_actor_is_agent_unavailable_naming_it() -> None:
     assert isinstance(error, AgentUnavailable)
     assert error.details["endpoint"] == "reach.pool.default.0"
     assert error.severity.value == "retryable"
+
+
+def test_an_actor_not_seen_to_die_only_unreachable_says_so() -> None:
+    # As the processes of a lost node are, until Ray's health checks declare it dead: its
+    # agents' supervisor counts their deaths as the node's one failure.
+    lost = translate(ActorUnavailableError("RPC error: Socket closed", None), "reach.host.x")
+    assert isinstance(lost, AgentUnavailable)
+    assert lost.details == {"endpoint": "reach.host.x", "unreachable": True}
+    died = translate(ActorDiedError(), "reach.host.y")  # seen to die: its node reported it
+    assert isinstance(died, AgentUnavailable)
+    assert died.details == {"endpoint": "reach.host.y"}
 
 
 def test_any_other_ray_failure_is_a_reach_error_too() -> None:

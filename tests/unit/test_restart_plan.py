@@ -173,13 +173,63 @@ def test_restart_types_may_be_given_as_their_string_values_from_a_config_file() 
 # --- several exits in one batch ---------------------------------------------------------------
 
 
+def died_with(host: str, *children: str, node: str | None = None) -> list[ChildExit]:
+    """The exits of children whose host died (``node``: with that lost node)."""
+    return [ChildExit(c, normal=False, reason=f"host {host} died", at=NOW - 0.01, host=host,
+                      node=node) for c in children]
+
+
 def test_a_host_whose_agents_die_together_counts_as_one_restart() -> None:
     one_in_five = Intensity(max_restarts=1, period_s=5.0)
-    result = plan(crash("b", "host died"), crash("d", "host died"), crash("a", "host died"),
-                  intensity=one_in_five)
+    result = plan(*died_with("reach.pool.p.0", "b", "d", "a"), intensity=one_in_five)
     assert result.give_up is False
     assert result.restart == ("a", "b", "d")
     assert result.stop == ()
+    assert result.history == (NOW,)
+
+
+def test_processes_that_died_apart_are_a_failure_each_however_close_together() -> None:
+    # Two processes killed apart, on a live node, their deaths seen in one batch: two failures.
+    one_in_five = Intensity(max_restarts=1, period_s=5.0)
+    hosts = plan(*died_with("reach.host.x", "a"), *died_with("reach.host.y", "b"),
+                 intensity=one_in_five)
+    assert hosts.give_up is True
+    assert hosts.history == (NOW, NOW)
+    own = plan(crash("a"), crash("c"), intensity=Intensity(2, 5.0))
+    assert own.history == (NOW, NOW)
+    assert own.restart == ("a", "c")
+
+
+def test_the_agents_of_a_lost_node_count_as_one_restart_and_restart_at_once() -> None:
+    one_in_five = Intensity(max_restarts=1, period_s=5.0)
+    result = plan(*died_with("reach.host.x", "a", node="n1"),
+                  *died_with("reach.pool.p.0", "b", "c", node="n1"), intensity=one_in_five,
+                  health={"a": looping(3), "b": looping(2)})
+    assert result.give_up is False
+    assert result.history == (NOW,)
+    assert result.delays == {"a": 0.0, "b": 0.0, "c": 0.0}
+    assert {c: h.streak for c, h in result.health.items()} == {"a": 3, "b": 2, "c": 0}
+
+
+def test_two_lost_nodes_are_two_failures_and_a_crash_beside_them_a_third() -> None:
+    result = plan(*died_with("reach.host.x", "a", node="n1"),
+                  *died_with("reach.host.y", "b", node="n2"), crash("c"), intensity=LOTS)
+    assert result.history == (NOW, NOW, NOW)
+
+
+def test_only_the_exits_that_restart_a_child_count() -> None:
+    # "b" is temporary: its crash ends it; "a"'s crash is the batch's one failure.
+    types = {**PERMANENT, "b": RestartType.TEMPORARY}
+    result = plan(crash("a"), crash("b"), restart_types=types, intensity=LOTS)
+    assert result.ended == ("b",)
+    assert result.history == (NOW,)
+
+
+def test_a_crash_that_restarts_its_siblings_counts_though_a_later_exit_ends_its_child() -> None:
+    types = {**PERMANENT, "d": RestartType.TRANSIENT}
+    result = plan(crash("d"), finish("d"), restart_types=types, strategy=Strategy.ONE_FOR_ALL,
+                  intensity=LOTS)
+    assert result.restart == ("a", "b", "c")
     assert result.history == (NOW,)
 
 
@@ -201,6 +251,7 @@ def test_a_child_that_exited_twice_in_a_batch_restarts_once_for_its_first_reason
     result = plan(crash("b", "first"), crash("b", "second"))
     assert result.restart == ("b",)
     assert result.reasons == {"b": "first"}
+    assert result.history == (NOW,)  # one failure
 
 
 # --- intensity --------------------------------------------------------------------------------
@@ -467,6 +518,12 @@ def test_every_plan_keeps_its_invariants(case: Case, seed: int) -> None:
     if result.restart:
         assert result.history[-1] == NOW
         assert len(result.history) <= case.intensity.max_restarts
+        # Each started child whose exit restarts it (and its siblings, as the strategy says)
+        # failed once, whatever a later exit made of it (none of these died with a host).
+        kept = [t for t in case.history if NOW - t < case.intensity.period_s]
+        failed = {e.child_id for e in case.exits if e.child_id in case.started
+                  and should_restart(case.restart_types[e.child_id], not e.normal)}
+        assert len(result.history) - len(kept) == len(failed)
         assert set(result.delays) == set(result.restart)
         assert result.delay_s == max(result.delays.values()) == 0.0  # no child had failed before
         assert set(result.health) <= set(result.restart) & exited

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 import reach
@@ -213,5 +214,51 @@ def test_stopping_calls_off_a_restart_still_backing_off() -> None:
         assert set(fake.names(OWN_HOST_PREFIX)) <= spares  # never started again, nor left running
         rec = await rt.cluster.registry().lookup("loop")
         assert rec is None or rec.status is not reach.AgentStatus.ONLINE
+
+    run(scenario)
+
+
+def test_processes_killed_in_one_moment_are_a_failure_each() -> None:
+    # Two dedicated agents, each in a process of its own on one live node, killed in one moment
+    # (two SIGKILLs, two OOM kills): their deaths are seen together, yet neither died of the
+    # other's. Two failures, past an intensity of one.
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        sup = await rt.supervise(tree(dedicated("a"), dedicated("b"),
+                                      intensity=Intensity(1, 60)))
+        for host in [await host_of(rt, "a"), await host_of(rt, "b")]:
+            fake.crash(host)
+
+        async def gave_up() -> bool:
+            return (await sup.status()).state is SupervisorState.FAILED
+
+        assert await eventually(gave_up)
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_the_agents_of_a_lost_node_are_one_failure(declared: bool) -> None:
+    # Two dedicated agents on one node, each with a host of its own: the node's loss is one
+    # failure, whether their processes turn unreachable first (Ray's health checks declare the
+    # node dead seconds later) or the node was declared dead first.
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        on_b = reach.Dedicated(node_id="node-b")
+        sup = await rt.supervise(tree(reach.ChildSpec(Worker, "a", placement=on_b),
+                                      reach.ChildSpec(Worker, "b", placement=on_b),
+                                      intensity=Intensity(1, 60)))
+        registry = rt.cluster.registry()
+        assert {(await registry.lookup(c)).node for c in ("a", "b")} == {"node-b"}
+        fake.crash_node("node-b", declared=declared)
+
+        async def both_back() -> bool:
+            return {r.child for r in (await sup.status()).restarts} == {"a", "b"}
+
+        assert await eventually(both_back)
+        assert (await sup.status()).state is SupervisorState.RUNNING
+        for agent_id in ("a", "b"):
+            reply = await rt.client.request(agent_id, Ping(), timeout_ms=1_000)
+            assert reply.value.by == agent_id
 
     run(scenario)
