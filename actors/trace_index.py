@@ -10,6 +10,12 @@ Pure (no I/O, no clock: the time a batch arrives is passed in), so every rule is
 - Each held span is in its trace's list and in the postings of every value it names (an agent as
   ``reach.agent_id`` or ``reach.sender``, a capability, a task ID); dropping a span takes it out
   of all of them, and a trace, or a posting, with no span left goes.
+- A packed batch (:class:`~reach.spans.SpanBatch`, what processes send) may be held as it came
+  (:meth:`TraceIndex.hold`) and indexed only when a query first needs it, so that a store nobody
+  reads costs a list append per batch: its spans are newer than every indexed one, and count
+  towards the bound by an estimate from their packed size (:data:`PACKED_EXPANSION`) until they
+  are read. Past the bound the oldest go first as ever: indexed spans, then whole waiting
+  batches, oldest first.
 - The handler runs are counted in the message graph too (:mod:`actors.trace_graph`), and leave
   it as they are dropped.
 - The attribute values that repeat from span to span (agents, capabilities, schemas, hosts...)
@@ -30,6 +36,7 @@ from reach.errors import ConfigError
 from reach.spans import (
     Attr,
     AttrValue,
+    SpanBatch,
     SpanRecord,
     SpanStatus,
     TraceEdge,
@@ -51,6 +58,10 @@ CLOCK_SKEW_NS = 5_000_000_000
 SPAN_OVERHEAD = 680
 #: What a held trace costs beyond its spans: its entry and its bookkeeping.
 TRACE_OVERHEAD = 560
+#: A packed span's estimated size in memory once read, per byte of it packed: what
+#: :func:`span_bytes` and :data:`TRACE_OVERHEAD` give reach's send and handler spans, over
+#: their packed rows' size (4.9), rounded up.
+PACKED_EXPANSION = 5
 _EVENT_OVERHEAD = 120
 _LINK_OVERHEAD = 80
 _getsizeof = sys.getsizeof
@@ -217,8 +228,13 @@ class TraceIndex:
         self.agents = _Postings()
         self.capabilities = _Postings()
         self.tasks = _Postings()
+        # Batches held as they came, not read yet, oldest first, each with when it arrived
+        # and its estimated size (in ``bytes`` too); every one of them arrived after every
+        # span of _arrived.
+        self._waiting: deque[tuple[SpanBatch, int, int]] = deque()
 
     def __len__(self) -> int:
+        self.read_waiting()
         return len(self._arrived)
 
     # -- adding and dropping ---------------------------------------------------------------
@@ -260,6 +276,36 @@ class TraceIndex:
         self.dropped += dropped
         return dropped
 
+    def hold(self, batch: SpanBatch, received_ns: int) -> int:
+        """Holds a packed ``batch`` (arrived at ``received_ns``) unread, until a query needs
+        it; then drops the oldest held spans, and then the oldest batches waiting (never the
+        newest: its own size is kept when it is read), until the bound is kept; how many spans
+        it dropped."""
+        size = len(batch.data) * PACKED_EXPANSION
+        self._waiting.append((batch, received_ns, size))
+        self.bytes += size
+        self.received += batch.span_count()
+        dropped = 0
+        while self.bytes > self.max_bytes and (self._arrived or len(self._waiting) > 1):
+            if self._arrived:
+                self._drop_oldest(received_ns)
+                dropped += 1
+            else:
+                gone, _, gone_size = self._waiting.popleft()
+                self.bytes -= gone_size
+                dropped += gone.span_count()
+        self.dropped += dropped
+        return dropped
+
+    def read_waiting(self) -> None:
+        """Indexes the batches held unread, oldest first (as :meth:`add` would have)."""
+        waiting = self._waiting
+        while waiting:
+            batch, received_ns, size = waiting.popleft()
+            self.bytes -= size
+            self.received -= batch.span_count()  # counted as it came; add counts it again
+            self.add(batch, received_ns)
+
     def _drop_oldest(self, now_ns: int) -> None:
         span = self._arrived.popleft()
         self.bytes -= self._sizes.popleft()
@@ -279,10 +325,12 @@ class TraceIndex:
 
     def held(self) -> list[SpanRecord]:
         """Every held span, oldest arrival first."""
+        self.read_waiting()
         return list(self._arrived)
 
     def trace(self, trace_id: str) -> list[SpanRecord]:
         """The held spans of one trace, by start time (empty when none is held)."""
+        self.read_waiting()
         trace = self._traces.get(trace_id)
         return [] if trace is None else sorted(trace.spans, key=lambda s: s.start_ns)
 
@@ -295,6 +343,7 @@ class TraceIndex:
         an error span when ``status`` is ERROR, with none when it is OK or UNSET; started
         (earliest held span) within [``since_ns``, ``until_ns``]. The most recent first (by
         start), or the slowest first; at most ``limit``."""
+        self.read_waiting()
         if limit <= 0:
             return []
         wanted = [p.by_key.get(key, {}) for p, key in ((self.agents, agent),
@@ -345,14 +394,16 @@ class TraceIndex:
         """Who sent to whom since ``since_ns`` (``now_ns`` being now): the held handler runs
         (server spans named ``handle ...``) started since then that name their sender and
         agent, by pair; the heaviest first (then by sender and agent)."""
+        self.read_waiting()
         return self.graph.edges(since_ns, now_ns)
 
     def stats(self) -> TraceStoreStats:
         """What it holds and what it dropped."""
+        self.read_waiting()
         return TraceStoreStats(spans=len(self._arrived), traces=len(self._traces),
                                bytes=self.bytes, max_bytes=self.max_bytes,
                                received=self.received, dropped=self.dropped)
 
 
-__all__ = ["CLOCK_SKEW_NS", "DEFAULT_MAX_BYTES", "SPAN_OVERHEAD", "TRACE_OVERHEAD", "TraceIndex",
-           "span_bytes"]
+__all__ = ["CLOCK_SKEW_NS", "DEFAULT_MAX_BYTES", "PACKED_EXPANSION", "SPAN_OVERHEAD",
+           "TRACE_OVERHEAD", "TraceIndex", "span_bytes"]

@@ -4,7 +4,9 @@ A named actor like the registry (one per cluster, started by :func:`reach.init`)
 process sends it the spans it finishes, in batches, and never waits for it; the observer and
 ``reach`` tools read traces back. Its memory is kept within a bound by its index
 (:mod:`actors.trace_index`), which holds every rule; this class only stamps each batch with the
-time it arrived. A restart starts it empty: what it holds is recent history, not state.
+time it arrived. The packed batches processes send are read only when a query first needs
+them: a store nobody looks at costs a list append per batch. A restart starts it empty: what
+it holds is recent history, not state.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 
 from actors.trace_index import DEFAULT_MAX_BYTES, TraceIndex
 from reach import clock
-from reach.spans import SpanRecord, SpanStatus, TraceEdge, TraceStoreStats, TraceSummary
+from reach.spans import SpanBatch, SpanRecord, SpanStatus, TraceEdge, TraceStoreStats, TraceSummary
 
 
 def _now_ns() -> int:
@@ -34,8 +36,12 @@ class TraceStore:
         self.index = TraceIndex(max_bytes)
 
     async def add_spans(self, spans: Sequence[SpanRecord]) -> None:
-        """See :meth:`reach.ports.traces.TraceStorePort.add_spans`."""
-        self.index.add(spans, _now_ns())
+        """See :meth:`reach.ports.traces.TraceStorePort.add_spans`: a packed batch is held as
+        it came, and read when a query first needs it."""
+        if isinstance(spans, SpanBatch):
+            self.index.hold(spans, _now_ns())
+        else:
+            self.index.add(spans, _now_ns())
 
     async def trace(self, trace_id: str) -> list[SpanRecord]:
         """See :meth:`reach.ports.traces.TraceStorePort.trace`."""

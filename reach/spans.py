@@ -210,6 +210,22 @@ class SpanBatch(Sequence[SpanRecord]):
         return cls(b"".join((header.pack_array_header(2), header.pack(process),
                              header.pack_array_header(len(packed)), *packed)))
 
+    def span_count(self) -> int:
+        """How many spans it holds (read from its header: its rows stay packed)."""
+        if self._records is not None:
+            return len(self._records)
+        for head in (self.data[:256], self.data):  # the headers and the process's name
+            unpacker = msgpack.Unpacker()
+            unpacker.feed(head)
+            try:
+                unpacker.read_array_header()
+                unpacker.skip()
+                count: int = unpacker.read_array_header()
+            except msgpack.OutOfData:  # a name longer than the first bytes
+                continue
+            return count
+        return len(self.records())  # not a batch's shape: reading it says what is wrong
+
     def records(self) -> list[SpanRecord]:
         """Its spans, as records."""
         if self._records is None:

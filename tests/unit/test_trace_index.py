@@ -7,6 +7,7 @@ import random
 import pytest
 
 from actors.trace_index import (
+    PACKED_EXPANSION,
     TRACE_OVERHEAD,
     TraceIndex,
     span_bytes,
@@ -15,6 +16,7 @@ from reach.errors import ConfigError
 from reach.spans import (
     Attr,
     AttrValue,
+    SpanBatch,
     SpanEvent,
     SpanKind,
     SpanLink,
@@ -28,10 +30,11 @@ S = 1_000_000_000  # a second, in nanoseconds
 
 def span(trace: str, sid: str, *, parent: str | None = None, name: str = "handle ts.ask@1.0",
          kind: SpanKind = SpanKind.SERVER, start: int = 0, end: int | None = None,
-         status: SpanStatus = SpanStatus.UNSET, **attrs: AttrValue) -> SpanRecord:
+         status: SpanStatus = SpanStatus.UNSET, process: str = "",
+         **attrs: AttrValue) -> SpanRecord:
     """A span; ``attrs`` by the short names of :class:`Attr` (``agent_id="a"``)."""
     return SpanRecord(trace, sid, parent, name, kind, start, start + 1000 if end is None else end,
-                      status=status,
+                      status=status, process=process,
                       attributes={str(Attr[k.upper()]): v for k, v in attrs.items()})
 
 
@@ -306,3 +309,91 @@ def test_the_handler_runs_dropped_for_the_bound_leave_the_graph() -> None:
                   i * S)
     assert [e.source for e in index.edges(since_ns=0, now_ns=4 * S)] == ["caller-2", "caller-3"]
     assert_consistent(index)
+
+
+# -- batches held unread ---------------------------------------------------------------------
+
+
+def packed(spans: list[SpanRecord]) -> SpanBatch:
+    """``spans`` as a process sends them: one packed batch (recorded by process ``p``)."""
+    return SpanBatch.pack("p", [[s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind.value,
+                                 s.start_ns, s.end_ns, s.status.value, s.status_message,
+                                 dict(s.attributes), [], []] for s in spans])
+
+
+def random_batches(seed: int, count: int) -> list[list[SpanRecord]]:
+    """``count`` batches of 1-7 spans of 30 traces, agents, capabilities and tasks at random."""
+    rng = random.Random(seed)
+    batches = []
+    for b in range(count):
+        spans = []
+        for j in range(rng.randrange(1, 8)):
+            attrs: dict[str, AttrValue] = {"agent_id": f"agent-{rng.randrange(6)}",
+                                           "sender": f"agent-{rng.randrange(6)}"}
+            if rng.random() < 0.5:
+                attrs["capability"] = f"ts.c{rng.randrange(4)}"
+            if rng.random() < 0.3:
+                attrs["task_id"] = f"task-{rng.randrange(5)}"
+            spans.append(span(f"t{rng.randrange(30):03d}", f"s{b:03d}{j:02d}",
+                              start=(100 + b - rng.randrange(100)) * S, process="p",
+                              status=SpanStatus.ERROR if rng.random() < 0.2 else SpanStatus.OK,
+                              **attrs))
+        batches.append(spans)
+    return batches
+
+
+def test_a_batch_held_unread_is_read_by_the_first_query_that_needs_it() -> None:
+    index = TraceIndex()
+    index.hold(packed([span("t1", "b", parent="a", start=2 * S, process="p"),
+                       span("t1", "a", start=1 * S, process="p", agent_id="router")]), 5 * S)
+    assert (index._waiting[0][2], index.received) == (index.bytes, 2)  # counted, not read
+    assert [s.span_id for s in index.trace("t1")] == ["a", "b"]
+    assert not index._waiting
+    assert index.find_traces(agent="router")[0].trace_id == "t1"
+    assert (index.stats().spans, index.stats().received) == (2, 2)
+    assert_consistent(index)
+
+
+def test_batches_held_unread_end_as_the_same_index_as_batches_added() -> None:
+    added, held = TraceIndex(), TraceIndex()
+    for b, spans in enumerate(random_batches(3, 40)):
+        added.add(spans, (100 + b) * S)
+        held.hold(packed(spans), (100 + b) * S)
+        if b % 7 == 0:  # a query now and then reads what waits
+            assert held.find_traces(limit=5) == added.find_traces(limit=5)
+    assert held.held() == added.held()
+    assert held.stats() == added.stats()
+    for name in ("agents", "capabilities", "tasks"):
+        assert getattr(held, name).by_key == getattr(added, name).by_key
+    assert held.edges(0, 200 * S) == added.edges(0, 200 * S)
+
+
+def test_past_its_bound_held_spans_go_first_then_the_oldest_batches_waiting() -> None:
+    batches = random_batches(5, 12)
+    first = packed(batches[0])
+    waiting = len(first.data) * PACKED_EXPANSION
+    index = TraceIndex(max_bytes=3 * waiting)
+    index.add(batches[0], 100 * S)  # indexed: older than anything held unread
+    for b in range(1, 12):
+        dropped = index.hold(packed(batches[b]), (100 + b) * S)
+        assert index.bytes <= index.max_bytes or len(index._waiting) == 1
+        assert dropped == 0 or b > 1
+    assert not index._arrived  # the indexed spans went before any batch waiting
+    assert 0 < len(index._waiting) < 11
+    waited = [s for spans in batches[-len(index._waiting):] for s in spans]
+    held = index.held()  # read now, within the bound by their own sizes: the newest of them
+    assert held
+    assert held == waited[len(waited) - len(held):]
+    assert index.stats().received == sum(map(len, batches))
+    assert index.stats().dropped == sum(map(len, batches)) - len(held)
+    assert_consistent(index)
+
+
+def test_a_batch_larger_than_the_bound_waits_alone_and_is_bounded_when_read() -> None:
+    spans = [span(f"t{i}", f"s{i}", process="p") for i in range(20)]
+    index = TraceIndex(max_bytes=span_bytes(spans[0]) * 5)
+    index.hold(packed(spans[:2]), 0)
+    assert index.hold(packed(spans), S) == 2  # the older batch makes room; this one waits
+    assert len(index) <= 5
+    assert index.bytes <= index.max_bytes
+    assert index.stats().dropped == 2 + 20 - len(index)
