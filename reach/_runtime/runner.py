@@ -34,7 +34,7 @@ from reach._runtime.session_calls import (
     finish,
     limits_payload,
 )
-from reach._runtime.tracer import TRACING, failed, sampled_out, start_handle
+from reach._runtime.tracer import TRACING, dropped, failed, sampled_out, start_handle
 from reach._runtime.transport import STREAM_END_SCHEMA
 from reach.agent import Agent, HandlerSpec
 from reach.errors import (
@@ -154,7 +154,8 @@ class AgentRunner:
             self._refuse(env, sink.send, exc)
             return None
         # A handler of a trace sampled out runs in no span (its sends carry the trace on).
-        run = (self._run(spec, env, message, sink) if TRACING.tracer is None or sampled_out(env)
+        run = (self._run(spec, env, message, sink)
+               if TRACING.tracer is None or sampled_out(env) or dropped(env)
                else self._run_traced(spec, env, message, sink, clock.monotonic()))
         task = asyncio.get_running_loop().create_task(run)
         self._tasks[task] = env

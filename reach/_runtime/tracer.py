@@ -5,9 +5,12 @@ Tracing is off in a process until a tracer provider is given to it (:func:`use`,
 :mod:`reach._runtime.span_export` calls where tracing is configured, and a test calls with the
 SDK's in-memory exporter). While it is off, :data:`TRACING`'s ``tracer`` is None, and the hot
 path asks that one question and does nothing else: no span, no attribute, no copy of an
-envelope. While it is on, a span's attributes are built only when it records (a trace sampled
-out costs its span's context, which still travels, so that the spans after it are sampled out
-too).
+envelope. While it is on, a span's attributes are built only when it records. A trace that
+reach's sampler drops travels with no context at all (no span ID, no flags, no copy of the
+envelope): every reach process decides the same from its trace ID, so each hop pays a look at
+that ID and nothing else. A trace sampled out by another decision (a caller's ``traceparent``
+marked not sampled, of an ID reach's ratio would keep) carries its context on, so that the
+spans after it are sampled out too.
 
 An envelope carries its trace as W3C trace context: its ``trace_id`` is the trace's (32 hex
 digits), ``span_id`` the span that sent it (16 hex digits: the parent of the span that handles
@@ -25,7 +28,6 @@ span in its envelope, never of whatever context the process happens to have.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -148,9 +150,10 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
                parent: Envelope | None = None) -> tuple[Span, Envelope]:
     """The client span of a send (a child of the current span), and the envelope carrying it.
 
-    Under a trace sampled out no span is started: the envelope carries that trace's context
-    (the current span's, or that of ``parent`` whose handler runs in no span), or for a new
-    trace that reach's sampler drops, a context of its own marked not sampled.
+    Under a trace sampled out no span is started: the envelope goes as it is when reach's
+    sampler drops its trace (:func:`dropped`: its receiver decides the same), else it carries
+    that trace's context (the current span's, or that of ``parent`` whose handler runs in no
+    span).
 
     Args:
         tracer: This process's tracer.
@@ -165,16 +168,14 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         ctx = current.get_span_context()
         if ctx.is_valid:
             if not ctx.trace_flags.sampled:
-                return current, traced(env, current)
+                return current, env if dropped(env, ctx.trace_id) else traced(env, current)
         elif parent is not None and sampled_out(parent):  # its handler runs in no span
-            dropped: Span = NonRecordingSpan(_remote(parent))
-            return dropped, traced(env, dropped)
-        else:  # a new trace: dropped by reach's sampler?
+            out: Span = NonRecordingSpan(_remote(parent))
+            return out, env if dropped(env) else traced(env, out)
+        elif dropped(env):  # a new trace that reach's sampler drops: as it is
+            return INVALID_SPAN, env
+        else:
             seed = trace_int(env.trace_id)
-            bound = TRACING.bound
-            if bound is not None and seed and not keeps(seed, bound):  # its context alone
-                return INVALID_SPAN, env.with_trace_context(
-                    env.trace_id, f"{random.getrandbits(64) or 1:016x}", 0)
     attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
                                    Attr.MSG_TYPE: env.msg_type.value}
     if capability is not None:
@@ -187,6 +188,18 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
             start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
                   attributes=attrs))
     return span, traced(env, span)
+
+
+def dropped(env: Envelope, trace_id: int | None = None) -> bool:
+    """Whether reach's sampler drops ``env``'s trace (of ``trace_id`` when given: the
+    envelope's then, or it is not dropped), so that it may travel with no trace context: every
+    reach process decides the same from the trace ID alone (reach's sampler keeps a trace by
+    its ID, see :func:`keeps`)."""
+    bound = TRACING.bound
+    if bound is None or env.span_id is not None:
+        return False
+    seed = trace_int(env.trace_id)
+    return bool(seed) and (trace_id is None or seed == trace_id) and not keeps(seed, bound)
 
 
 def sampled_out(env: Envelope) -> bool:
@@ -251,6 +264,7 @@ def internal(name: str, attributes: Mapping[str, AttrValue], *,
             raise
 
 
-__all__ = ["SEED", "TRACER_NAME", "TRACING", "envelope_context", "event", "failed", "internal",
+__all__ = ["SEED", "TRACER_NAME", "TRACING", "dropped", "envelope_context", "event", "failed",
+           "internal",
            "keeps", "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced",
            "use"]

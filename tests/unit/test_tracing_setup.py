@@ -19,7 +19,7 @@ import reach
 import reach._runtime
 from reach._runtime.span_export import SeededIds, StoreExporter, to_record
 from reach._runtime.trace_setup import check_installed, install, setup
-from reach._runtime.tracer import TRACING, keeps, start, start_send, use
+from reach._runtime.tracer import TRACING, dropped, keeps, start, start_send, use
 from reach.errors import ConfigError
 from reach.spans import SpanKind as RecordKind
 from reach.spans import SpanStatus
@@ -132,7 +132,7 @@ def test_reach_s_decision_on_a_new_trace_is_the_sdk_sampler_s(ratio: float) -> N
         assert keeps(trace_id, bound) is sdk
 
 
-def test_a_trace_sampled_out_at_its_root_starts_no_span_and_carries_its_decision() -> None:
+def test_a_trace_sampled_out_at_its_root_starts_no_span_and_travels_without_context() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.0)),
                               id_generator=SeededIds())
@@ -144,11 +144,31 @@ def test_a_trace_sampled_out_at_its_root_starts_no_span_and_carries_its_decision
                                      trace_id=TRACE)
         span, sent = start_send(TRACING.tracer, env)
         span.end()
+        # Its receiver decides the same from the trace ID: its handler runs in no span.
+        assert dropped(sent)
     finally:
         use(None)
     assert exporter.get_finished_spans() == ()
-    assert (sent.trace_id, sent.trace_flags) == (TRACE, 0)
-    assert sent.span_id is not None
+    assert sent is env  # no copy, no span ID, no flags on the wire
+
+
+def test_a_trace_a_caller_sampled_out_carries_its_decision_where_the_ratio_would_keep_it(
+) -> None:
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(1.0)),
+                              id_generator=SeededIds())
+    use(provider, 1.0)
+    try:
+        assert TRACING.tracer is not None
+        caller = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
+                                        trace_id=TRACE).with_trace_context(
+                                            TRACE, "00f067aa0ba902b7", 0)
+        assert not dropped(caller)
+        env = reach.Envelope.request("tru-b", "tru-c", {"text": "x"}, "tru.ask@1.0",
+                                     trace_id=TRACE)
+        _, sent = start_send(TRACING.tracer, env, parent=caller)
+    finally:
+        use(None)
+    assert (sent.trace_id, sent.span_id, sent.trace_flags) == (TRACE, "00f067aa0ba902b7", 0)
 
 
 # -- the trace store's exporter ---------------------------------------------------------------
