@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from policies.discovery import Candidate, pick_least_loaded
+from reach._runtime.add_batches import AddBatches
 from reach._runtime.unawaited import read_later
 from reach.agent import Agent
 from reach.errors import AgentUnavailable, ReachError
@@ -86,6 +87,8 @@ class PoolHosts:
         # Group name -> its agents being moved from here now, and the event set when none is.
         self._moving: dict[str, int] = {}
         self._moved: dict[str, asyncio.Event] = {}
+        # Agents moved to one host at once go in one call (a dead host's agents all move).
+        self._adds = AddBatches()
 
     async def place(self, cls: type[Agent], agent_ids: Sequence[str], group: HostGroup,
                     needs: HostNeeds) -> list[tuple[HostPort, list[str]]]:
@@ -121,8 +124,9 @@ class PoolHosts:
         self.added(host.name, 1)
         self._move_begins(group.name)
         try:
-            records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs,
-                                            priority=priority)
+            records = await self._adds.add(host, cls, agent_id, args=tuple(args),
+                                           kwargs=kwargs or {}, epochs=epochs,
+                                           priority=priority)
         except AgentUnavailable:
             self._uncount(host.name)
             log.info("group host %s is dead too: asking the group", host.name)
