@@ -129,7 +129,7 @@ class HostedAgents:
     async def _add(self, cls: type[Agent], agent_ids: list[str], args: tuple[Any, ...],
                    kwargs: dict[str, Any], priority: int | Mapping[str, int] | None,
                    ) -> list[AgentRecord]:
-        fresh: dict[str, AgentRunner] = {}
+        agents: list[Agent] = []
         for agent_id in agent_ids:
             agent = cls(*args, **kwargs)
             agent.id = agent_id
@@ -139,10 +139,18 @@ class HostedAgents:
             else:  # against the agent's own tags: an A2A proxy's are its instance's
                 self.priorities[agent_id] = resolve_priorities(
                     tuple(agent.capabilities), agent.capability_priorities, priority)
-            await agent.on_start()
-            fresh[agent_id] = AgentRunner(agent, self.link, Context, audit=self._audit,
-                                           refused=self._audit_refusal)
-            fresh[agent_id].node = self.node
+            agents.append(agent)
+        # Side by side, as agents added by calls of their own start: one agent's slow start
+        # (its state read from a store) does not hold up the others of its call.
+        started = await asyncio.gather(*(a.on_start() for a in agents), return_exceptions=True)
+        failure = next((e for e in started if isinstance(e, BaseException)), None)
+        if failure is not None:
+            raise failure
+        fresh: dict[str, AgentRunner] = {}
+        for agent in agents:
+            fresh[agent.id] = AgentRunner(agent, self.link, Context, audit=self._audit,
+                                          refused=self._audit_refusal)
+            fresh[agent.id].node = self.node
         entries = [self._entry(r.agent) for r in fresh.values()]
         await self._acl_ready()  # before the first agent can be called
         epochs = await self._registry_call("register_many", [entries, True])

@@ -3,8 +3,9 @@ by every driver and supervisor, started on first use and outlasting their agents
 
 Agents of a pool move, they do not wait: when a pool host dies, the agents its supervisors
 restart go at once to the pool's live hosts (least loaded first, by their agent counts as last
-seen here), and the dead host is started again, empty and under its name, in the background (it
-is never restarted by the platform, whose restarts make a death known only after about 1.5 s).
+seen here), and the dead host is started again, empty and under its name, in the background once
+they have moved (it is never restarted by the platform, whose restarts make a death known only
+after about 1.5 s; a new process started at once would take a core from the moves).
 A pool whose hosts are all dead takes a warm spare of its hosts' shape when one is ready (one
 claim per outage, whoever asks) and uses it as one more host of the pool in this process: its
 agents are placed there, least loaded as usual, while the dead hosts are started again in the
@@ -17,11 +18,13 @@ wait for its class to arrive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from policies.discovery import Candidate, pick_least_loaded
+from reach._runtime.add_batches import AddBatches
 from reach._runtime.unawaited import read_later
 from reach.agent import Agent
 from reach.errors import AgentUnavailable, ReachError
@@ -33,10 +36,14 @@ from reach.records import AgentRecord
 #: How many times a dead group host is started again before its spawn gives up, and the first wait.
 REPLACE_TRIES = 20
 REPLACE_WAIT_S = 0.05
-#: How long a dead group host's replacement waits when its group has live hosts left, and the
-#: spares' top-up after a restart claimed one: a new process costs a core for a while, not to be
-#: taken from the restart.
-REPLACE_AFTER_S = 0.5
+#: How long a dead group host's replacement waits after the last of its agents moved to the
+#: group's live hosts, and the spares' top-up after a restart took one: a new process costs a
+#: core for over half a second, not to be taken from the restarts (the last one's callers are
+#: still being answered), nor left to run into the next failure's.
+REPLACE_AFTER_S = 0.05
+#: The longest a dead group host's replacement waits for its agents' moves (one that hangs, or
+#: moves that never stop coming, must not leave the group a host short for ever).
+MOVES_WITHIN_S = 2.0
 
 log = logging.getLogger("reach.spawner")
 
@@ -77,6 +84,11 @@ class PoolHosts:
         self._loaded: set[tuple[str, type[Agent]]] = set()
         # Invariant: at most one replacement of a group host (by name) runs in this process.
         self._replacing: dict[str, asyncio.Task[HostPort]] = {}
+        # Group name -> its agents being moved from here now, and the event set when none is.
+        self._moving: dict[str, int] = {}
+        self._moved: dict[str, asyncio.Event] = {}
+        # Agents moved to one host at once go in one call (a dead host's agents all move).
+        self._adds = AddBatches()
 
     async def place(self, cls: type[Agent], agent_ids: Sequence[str], group: HostGroup,
                     needs: HostNeeds) -> list[tuple[HostPort, list[str]]]:
@@ -110,9 +122,11 @@ class PoolHosts:
             return None
         host = known[0][least_loaded(known[1])]
         self.added(host.name, 1)
+        self._move_begins(group.name)
         try:
-            records = await host.add_agents(cls, [agent_id], tuple(args), kwargs or {}, epochs,
-                                            priority=priority)
+            records = await self._adds.add(host, cls, agent_id, args=tuple(args),
+                                           kwargs=kwargs or {}, epochs=epochs,
+                                           priority=priority)
         except AgentUnavailable:
             self._uncount(host.name)
             log.info("group host %s is dead too: asking the group", host.name)
@@ -120,8 +134,29 @@ class PoolHosts:
         except BaseException:
             self._uncount(host.name)
             raise
+        finally:
+            self._move_ends(group.name)
         self._ready_everywhere(group, cls, host.name)
         return records
+
+    def _move_begins(self, group: str) -> None:
+        self._moving[group] = self._moving.get(group, 0) + 1
+        self._moved.setdefault(group, asyncio.Event()).clear()
+
+    def _move_ends(self, group: str) -> None:
+        self._moving[group] -= 1
+        if self._moving[group] == 0:
+            self._moved[group].set()
+
+    async def _moves_done(self, group: str) -> None:
+        """Returns once no agent of the group is being moved from here (at once if none is),
+        or after :data:`MOVES_WITHIN_S` at the most."""
+        async def none_moving() -> None:
+            while self._moving.get(group, 0) > 0:
+                await self._moved[group].wait()
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(none_moving(), MOVES_WITHIN_S)
 
     def _uncount(self, host: str) -> None:
         """Takes back an agent counted on a host that did not take it (if still counted)."""
@@ -171,7 +206,7 @@ class PoolHosts:
         for i, h in enumerate(hosts):
             if h.name in gone:
                 self._counts.pop(h.name, None)
-                self._replace(group, needs, i, _replace_after(len(others)))
+                self._replace(group, needs, i, wait=True)
         for h in self._adopted.get(group.name, []):
             if h.name in gone:
                 self._drop(group, h)
@@ -195,7 +230,7 @@ class PoolHosts:
             if not isinstance(c, int):
                 self._drop(group, h)
         dead = [i for i, c in enumerate(counts[:len(named)]) if not isinstance(c, int)]
-        replacing = [self._replace(group, needs, i, _replace_after(len(live))) for i in dead]
+        replacing = [self._replace(group, needs, i, wait=bool(live)) for i in dead]
         if not live:
             spare = await self._spare(group, needs)
             if spare is not None:
@@ -260,26 +295,29 @@ class PoolHosts:
         if claim is not None and claim.done():
             del self._claims[group.name]
 
-    def _replace(self, group: HostGroup, needs: HostNeeds, i: int,
-                 after_s: float) -> asyncio.Task[HostPort]:
-        """Starts group host ``i`` again after ``after_s`` (once per process, whoever asks)."""
+    def _replace(self, group: HostGroup, needs: HostNeeds, i: int, *,
+                 wait: bool) -> asyncio.Task[HostPort]:
+        """Starts group host ``i`` again (once per process, whoever asks): at once, or with
+        ``wait`` once the agents moving to the group's live hosts from here have moved, and
+        :data:`REPLACE_AFTER_S` more."""
         name = group.hosts[i]
         running = self._replacing.get(name)
         if running is None or running.done():
             running = self._replacing[name] = asyncio.get_running_loop().create_task(
-                self._start_again(group, needs, i, after_s))
+                self._start_again(group, needs, i, wait))
             running.add_done_callback(_read_outcome)
         return running
 
     async def _start_again(self, group: HostGroup, needs: HostNeeds, i: int,
-                           after_s: float) -> HostPort:
+                           wait: bool) -> HostPort:
         """Starts a dead group host again under its name; returns it once it answers.
 
         Raises:
             AgentUnavailable: it did not come up (no live node could take it).
         """
-        if after_s > 0:
-            await asyncio.sleep(after_s)
+        if wait:
+            await self._moves_done(group.name)
+            await asyncio.sleep(REPLACE_AFTER_S)
         name = group.hosts[i]
         shape = HostShape.of(needs, needs.node_id, lasting=True)
         failure: Exception | None = None
@@ -308,14 +346,6 @@ def _read_outcome(task: asyncio.Task[HostPort]) -> None:
     """A background replacement's failure is the next spawn's to meet: read it here."""
     if not task.cancelled():
         task.exception()
-
-
-def _replace_after(live: int) -> float:
-    """How long a dead group host waits to be started again, ``live`` of its group's hosts
-    being left: a new process costs a core for a while, so with two or more left it starts
-    once the agents have moved and answered, not in their way; with one left or none it starts
-    at once (a second death before it is up would leave the agents nowhere to go)."""
-    return REPLACE_AFTER_S if live > 1 else 0.0
 
 
 def least_loaded(counts: Sequence[int]) -> int:

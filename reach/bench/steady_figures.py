@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import reach
+from policies.supervision import DEFAULT_RESET_S
 from reach.bench.restart_probe import pct
 from reach.placement import is_own_host
 from reach.ports.registry import SpareStats
@@ -39,6 +40,9 @@ class SteadyCrash:
     spares_offered: int = 0  # spares offered (as last polled) when the crash was sent
     host: str = ""  # where the new incarnation runs (packed: a pool host, or a spare it took)
     warm_spare: bool | None = None  # dedicated: its host had been offered as a spare
+    # Dedicated: it failed again within the reset period of its last restart, so its restart
+    # waited out its own backoff, by design (a packed agent dies with its host-mates: it does not)
+    backed_off: bool | None = None
     supervisor: dict[str, float] = field(default_factory=dict)
     note: str = ""
 
@@ -68,12 +72,18 @@ class SparesSeen:
             await asyncio.sleep(SPARES_POLL_S)
 
 
-def attribute(crashes: list[SteadyCrash], restarts: list[reach.RestartRecord]) -> None:
-    """Gives each crash its supervisor's figures: the first restart of its agent after it."""
+def attribute(crashes: list[SteadyCrash], restarts: list[reach.RestartRecord],
+              reset_s: float = DEFAULT_RESET_S) -> None:
+    """Gives each crash its supervisor's figures: the first restart of its agent after it; and
+    each dedicated crash whether it came within ``reset_s`` (the supervisor's
+    ``backoff_reset_s``) of its agent's last restart, which its own backoff then delayed."""
     for c in crashes:
         if c.ms is None or c.sent_to_crash_ms is None:
             continue
         died = c.sent_at + c.sent_to_crash_ms / 1000
+        if c.placement == "dedicated":
+            before = [r.at for r in restarts if r.child == c.agent and r.at < died]
+            c.backed_off = bool(before) and died - max(before) < reset_s
         mine = [r for r in restarts if r.child == c.agent and r.at >= died]
         if not mine:
             continue
@@ -100,6 +110,9 @@ def figures_of(crashes: list[SteadyCrash], placement: str) -> dict[str, Any]:
     if placement == "dedicated":
         out["warm_spare"] = sum(1 for c in mine if c.warm_spare)
         out["cold"] = sum(1 for c in mine if c.warm_spare is False)
+        out["backed_off"] = sum(1 for c in mine if c.backed_off)
+        out["p50_ms_not_backed_off"] = pct(
+            [c.ms for c in mine if c.ms is not None and c.backed_off is False], 50)
     else:  # a pool whose hosts were all dead took a spare: a host of its own, not the pool's
         out["on_spare"] = sum(1 for c in mine if c.ms is not None and is_own_host(c.host))
     return out
@@ -137,6 +150,10 @@ def show(result: dict[str, Any]) -> None:
                f"{r['started']} spares started, {r['retired']} retired" if r else "")
     print(f"dedicated restarts: {d['warm_spare']} into a warm spare, {d['cold']} cold "
           f"(at most {result['spares_offered_most']} spares offered at once{counted})")
+    if d.get("backed_off"):
+        print(f"dedicated restarts backed off by their own streak (failed again within the reset "
+              f"period of their last restart): {d['backed_off']}; p50 of the others "
+              f"{d['p50_ms_not_backed_off'] or 0:.1f} ms")
     print(f"packed restarts: {result['packed'].get('on_spare', 0)} onto a warm spare their "
           "pool took (both its hosts dead)")
     cost, start = result["spare_cost"], r.get("start_p50_s")
