@@ -47,6 +47,9 @@ SIBLING_RESTARTED = "sibling restarted"
 #: How long a child must run after a restart for its backoff to start again from an immediate
 #: restart (as Kubernetes forgets a crash loop after a period of good running).
 DEFAULT_RESET_S = 10.0
+#: How many failures in a row, after the first, a child is restarted at once before it backs
+#: off: a second failure within the reset period may be bad luck; a third is a crash loop.
+FORGIVEN_REPEATS = 1
 
 
 class RestartType(StrEnum):
@@ -274,9 +277,12 @@ def plan_restart(
             delays[child_id] = 0.0
             healths[child_id] = ChildHealth(streak, record.since)
             continue
-        # Its first failure after running well restarts at once, as in OTP; repeated ones back
-        # off, jittered (drawn in start order, so that a seed gives the same plan).
-        delays[child_id] = 0.0 if streak == 0 else backoff_delay(streak - 1, backoff, rng)
+        # Its first failure after running well restarts at once, as in OTP, and so does its
+        # first repeat (a child failing twice in a reset period may be unlucky, not looping);
+        # from its third failure in a row it backs off, jittered (drawn in start order, so that
+        # a seed gives the same plan).
+        delays[child_id] = (0.0 if streak <= FORGIVEN_REPEATS
+                            else backoff_delay(streak - 1 - FORGIVEN_REPEATS, backoff, rng))
         healths[child_id] = ChildHealth(streak + 1, record.since)
     return RestartPlan(
         ended=ended,

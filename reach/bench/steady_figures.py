@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import reach
-from policies.supervision import DEFAULT_RESET_S
+from policies.supervision import DEFAULT_RESET_S, FORGIVEN_REPEATS
 from reach.bench.restart_probe import pct
 from reach.placement import is_own_host
 from reach.ports.registry import SpareStats
@@ -40,8 +40,9 @@ class SteadyCrash:
     spares_offered: int = 0  # spares offered (as last polled) when the crash was sent
     host: str = ""  # where the new incarnation runs (packed: a pool host, or a spare it took)
     warm_spare: bool | None = None  # dedicated: its host had been offered as a spare
-    # Dedicated: it failed again within the reset period of its last restart, so its restart
-    # waited out its own backoff, by design (a packed agent dies with its host-mates: it does not)
+    # Dedicated: its failure came in a streak past the repeats forgiven (each within the reset
+    # period of the restart before), so its restart waited out its own backoff, by design (a
+    # packed agent dies with its host-mates: its streak does not grow)
     backed_off: bool | None = None
     supervisor: dict[str, float] = field(default_factory=dict)
     note: str = ""
@@ -75,15 +76,21 @@ class SparesSeen:
 def attribute(crashes: list[SteadyCrash], restarts: list[reach.RestartRecord],
               reset_s: float = DEFAULT_RESET_S) -> None:
     """Gives each crash its supervisor's figures: the first restart of its agent after it; and
-    each dedicated crash whether it came within ``reset_s`` (the supervisor's
-    ``backoff_reset_s``) of its agent's last restart, which its own backoff then delayed."""
+    each dedicated crash whether its agent's own backoff delayed it: whether it came in a streak
+    of restarts each within ``reset_s`` (the supervisor's ``backoff_reset_s``) of the one before,
+    longer than the repeats the supervisor forgives."""
     for c in crashes:
         if c.ms is None or c.sent_to_crash_ms is None:
             continue
         died = c.sent_at + c.sent_to_crash_ms / 1000
         if c.placement == "dedicated":
-            before = [r.at for r in restarts if r.child == c.agent and r.at < died]
-            c.backed_off = bool(before) and died - max(before) < reset_s
+            streak, at = 0, died
+            for then in sorted((r.at for r in restarts if r.child == c.agent and r.at < died),
+                               reverse=True):
+                if at - then >= reset_s:
+                    break
+                streak, at = streak + 1, then
+            c.backed_off = streak > FORGIVEN_REPEATS
         mine = [r for r in restarts if r.child == c.agent and r.at >= died]
         if not mine:
             continue
@@ -151,9 +158,9 @@ def show(result: dict[str, Any]) -> None:
     print(f"dedicated restarts: {d['warm_spare']} into a warm spare, {d['cold']} cold "
           f"(at most {result['spares_offered_most']} spares offered at once{counted})")
     if d.get("backed_off"):
-        print(f"dedicated restarts backed off by their own streak (failed again within the reset "
-              f"period of their last restart): {d['backed_off']}; p50 of the others "
-              f"{d['p50_ms_not_backed_off'] or 0:.1f} ms")
+        print(f"dedicated restarts backed off by their own streak (a third failure in a row or "
+              f"more, each within the reset period of the restart before): {d['backed_off']}; "
+              f"p50 of the others {d['p50_ms_not_backed_off'] or 0:.1f} ms")
     print(f"packed restarts: {result['packed'].get('on_spare', 0)} onto a warm spare their "
           "pool took (both its hosts dead)")
     cost, start = result["spare_cost"], r.get("start_p50_s")

@@ -77,20 +77,22 @@ def test_a_crash_gets_the_first_restart_of_its_own_agent_after_it() -> None:
     assert c.supervisor == {"supervisor_ms": 20.0, "running_ms": 40.0, "detected_ms": 20.0}
 
 
-def test_a_dedicated_crash_within_the_reset_period_of_its_last_restart_counts_as_backed_off(
+def test_a_dedicated_crash_is_backed_off_from_the_third_in_a_row_within_the_reset_period(
 ) -> None:
     first = crash("d-1", "dedicated", 30.0, sent_at=100.0)
-    again = crash("d-1", "dedicated", 80.0, sent_at=105.0)  # 5 s after its restart
-    later = crash("d-1", "dedicated", 35.0, sent_at=120.0)  # 15 s after
+    again = crash("d-1", "dedicated", 32.0, sent_at=105.0)  # 5 s after its restart: forgiven
+    third = crash("d-1", "dedicated", 80.0, sent_at=109.0)  # 4 s after that: backed off
+    later = crash("d-1", "dedicated", 35.0, sent_at=125.0)  # 16 s after
     other = crash("d-2", "dedicated", 40.0, sent_at=106.0)  # its first crash
     packed = crash("p-1", "packed", 50.0, sent_at=107.0)
+    crashes = [first, again, third, later, other, packed]
     restarts = [reach.RestartRecord(c.agent, c.sent_at + 0.03, RestartPlacement.DEDICATED,
-                                    0.02, "") for c in (first, again, later, other, packed)]
-    attribute([first, again, later, other, packed], restarts, reset_s=10.0)
-    assert [c.backed_off for c in (first, again, later, other)] == [False, True, False, False]
+                                    0.02, "") for c in crashes]
+    attribute(crashes, restarts, reset_s=10.0)
+    assert [c.backed_off for c in crashes[:5]] == [False, False, True, False, False]
     assert packed.backed_off is None  # it dies with its host-mates: no backoff
-    figures = figures_of([first, again, later, other], "dedicated")
-    assert (figures["backed_off"], figures["p50_ms_not_backed_off"]) == (1, 35.0)
+    figures = figures_of(crashes[:5], "dedicated")
+    assert (figures["backed_off"], figures["p50_ms_not_backed_off"]) == (1, 33.5)
 
 
 def test_a_run_of_one_scenario_keeps_the_other_scenarios_figures(tmp_path: Path) -> None:

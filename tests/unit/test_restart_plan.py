@@ -315,14 +315,22 @@ def looping(streak: int, ran_s: float = 0.5) -> ChildHealth:
     return ChildHealth(streak=streak, since=NOW - 0.01 - ran_s)
 
 
-@pytest.mark.parametrize(("streak", "top"), [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (6, 1.0)])
+def test_a_childs_first_repeat_within_the_reset_period_is_restarted_at_once() -> None:
+    for seed in range(20):
+        result = plan(crash("a"), intensity=LOTS, health={"a": looping(1)},
+                      rng=random.Random(seed))
+        assert result.delays["a"] == result.delay_s == 0.0
+        assert result.health["a"] == ChildHealth(2, looping(1).since)  # the next one backs off
+
+
+@pytest.mark.parametrize(("streak", "top"), [(2, 0.1), (3, 0.2), (4, 0.4), (5, 0.8), (7, 1.0)])
 def test_a_child_that_fails_again_soon_after_its_restart_backs_off_by_its_own_streak(
         streak: int, top: float) -> None:
     for seed in range(20):
         result = plan(crash("a"), intensity=LOTS, health={"a": looping(streak)},
                       rng=random.Random(seed))
         assert top / 2 <= result.delays["a"] <= top + 1e-12
-        assert result.delays["a"] == backoff_delay(streak - 1, BACKOFF, random.Random(seed))
+        assert result.delays["a"] == backoff_delay(streak - 2, BACKOFF, random.Random(seed))
         assert result.delay_s == result.delays["a"]
         assert result.health["a"] == ChildHealth(streak + 1, looping(streak).since)
 
@@ -393,10 +401,10 @@ def test_children_that_died_with_their_host_restart_at_once_and_keep_their_strea
 
 def test_a_child_alone_on_the_host_that_died_backs_off_as_for_its_own_crash() -> None:
     result = plan(*host_death("a"), *host_death("b", host="reach.host.x"), intensity=LOTS,
-                  health={"a": looping(2), "b": looping(1)})
+                  health={"a": looping(3), "b": looping(2)})
     assert result.delays["a"] > 0
     assert result.delays["b"] > 0
-    assert {c: h.streak for c, h in result.health.items()} == {"a": 3, "b": 2}
+    assert {c: h.streak for c, h in result.health.items()} == {"a": 4, "b": 3}
 
 
 def test_children_restarted_together_wait_for_the_longest_delay_among_them() -> None:

@@ -81,10 +81,10 @@ async def kill_and_wait(fake: FakeCluster, rt: Any, sup: reach.SupervisorRef,
     return record
 
 
-async def loop_four_times(fake: FakeCluster, rt: Any, sup: reach.SupervisorRef) -> None:
-    """Kills "loop" right after each of its restarts, four times: its next restart waits
-    0.8-1.6 s."""
-    for _ in range(4):
+async def loop_five_times(fake: FakeCluster, rt: Any, sup: reach.SupervisorRef) -> None:
+    """Kills "loop" right after each of its restarts, five times: its next restart waits
+    0.8-1.6 s (the first two at once, then 0.1-0.2 s, 0.2-0.4 s, 0.4-0.8 s)."""
+    for _ in range(5):
         await kill_and_wait(fake, rt, sup, "loop")
 
 
@@ -96,9 +96,10 @@ def test_a_crash_loop_backs_off_by_its_own_streak_and_escalates_past_the_intensi
         for _ in range(6):
             latencies.append((await kill_and_wait(fake, rt, sup, "loop")).latency_s)
         assert latencies[0] < 0.05  # its first failure: at once
-        assert latencies[1] >= BACKOFF.base_s / 2  # then 0.1-0.2 s, 0.2-0.4 s ...
-        assert latencies[4] >= BACKOFF.cap_s / 2  # capped
-        assert latencies[4] <= BACKOFF.cap_s + 0.05
+        assert latencies[1] < 0.05  # its first repeat: at once too
+        assert latencies[2] >= BACKOFF.base_s / 2  # then 0.1-0.2 s, 0.2-0.4 s ...
+        assert latencies[5] >= BACKOFF.cap_s / 2  # capped
+        assert latencies[5] <= BACKOFF.cap_s + 0.05
         fake.crash(await host_of(rt, "loop"))  # the seventh restart in the period: it gives up
 
         async def gave_up() -> bool:
@@ -113,23 +114,23 @@ def test_a_sibling_of_a_crash_loop_heals_at_once_while_the_loop_backs_off() -> N
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
         sup = await rt.supervise(tree(dedicated("loop"), dedicated("calm")))
-        await loop_four_times(fake, rt, sup)
+        await loop_five_times(fake, rt, sup)
         # The loop's next restart waits 0.8-1.6 s; the sibling's failure meanwhile is its first.
         fake.crash(await host_of(rt, "loop"))
         killed = clock.monotonic()
         calm = await kill_and_wait(fake, rt, sup, "calm")
         assert calm.latency_s < 0.05
         assert clock.monotonic() - killed < BACKOFF.cap_s / 4  # it did not queue behind the loop
-        assert len(await restarts(sup, "loop")) == 4  # still backing off
+        assert len(await restarts(sup, "loop")) == 5  # still backing off
         reply = await rt.client.request("calm", Ping(), timeout_ms=1_000)
         assert reply.value.by == "calm"
 
         async def loop_back() -> bool:
-            return len(await restarts(sup, "loop")) == 5
+            return len(await restarts(sup, "loop")) == 6
 
         assert await eventually(loop_back)
         loop = (await restarts(sup, "loop"))[-1]
-        assert loop.latency_s >= 3 * BACKOFF.base_s  # 4 in a row: 0.8-1.6 s
+        assert loop.latency_s >= 3 * BACKOFF.base_s  # 5 in a row: 0.8-1.6 s
 
     run(scenario)
 
@@ -138,11 +139,12 @@ def test_a_child_that_ran_for_the_reset_period_is_restarted_at_once_again() -> N
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
         sup = await rt.supervise(tree(dedicated("a"), reset_s=5.0))
-        for _ in range(3):
+        for _ in range(4):
             await kill_and_wait(fake, rt, sup, "a")
         assert (await restarts(sup, "a"))[-1].latency_s >= BACKOFF.base_s  # backing off
         await asyncio.sleep(5.0)  # a good run
         assert (await kill_and_wait(fake, rt, sup, "a")).latency_s < 0.05
+        assert (await kill_and_wait(fake, rt, sup, "a")).latency_s < 0.05  # a first repeat
         assert (await kill_and_wait(fake, rt, sup, "a")).latency_s >= BACKOFF.base_s / 2
 
     run(scenario)
@@ -205,7 +207,7 @@ def test_stopping_calls_off_a_restart_still_backing_off() -> None:
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
         sup = await rt.supervise(tree(dedicated("loop"), dedicated("other")))
-        await loop_four_times(fake, rt, sup)
+        await loop_five_times(fake, rt, sup)
         fake.crash(await host_of(rt, "loop"))  # its restart now waits 0.8-1.6 s
         await asyncio.sleep(0.1)
         await sup.stop()
