@@ -58,8 +58,9 @@ async def returned(rt: Any, agent_id: str, before: Life) -> Life:
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "open defect: on a loaded machine, late in the shared session, the spares a claim's top-up "
-    "asks for sometimes never come up (registry: offered 0, starting 0, median start 8.7 s); "
+    "open defect: on a loaded machine, late in the shared session, the pool sometimes holds no "
+    "spare for 30-60 s, before the test's first kill or after it (registry: offered 0, starting "
+    "0, median start 8.7 s); "
     "the unit tests on the fake cluster prove the sizing, this one reports what the pool held"))
 async def test_dedicated_restarts_faster_than_one_replacement_each_take_a_warm_spare(
     rt: Any
@@ -80,17 +81,23 @@ async def test_dedicated_restarts_faster_than_one_replacement_each_take_a_warm_s
                    for h in hosts]
             return now if len(now) >= count else None
 
-        await wait_until(lambda: offered(1), timeout_s=30)
+        async def pool_held(count: int, timeout_s: float) -> list[str]:
+            """The spares once there are ``count``; else the test fails saying what the pool
+            held (the registry's offers and figures)."""
+            try:
+                found: list[str] = await wait_until(lambda: offered(count), timeout_s=timeout_s)
+            except pytest.fail.Exception:
+                registry = rt.cluster.registry()
+                pytest.fail(f"fewer than {count} spares: {await registry.spares()} "
+                            f"{(await registry.stats())['spares']}")
+            return found
+
+        await pool_held(1, 30)
         before = await life(rt, "sk-1")
         await sigkill_host(rt, "sk-1")  # a claim: the node's pool grows past one spare
         await returned(rt, "sk-1", before)
 
-        try:
-            ready = await wait_until(lambda: offered(2), timeout_s=60)
-        except pytest.fail.Exception:
-            registry = rt.cluster.registry()
-            pytest.fail(f"no second spare: {await registry.spares()} "
-                        f"{(await registry.stats())['spares']}")
+        ready = await pool_held(2, 60)
         missed = (await rt.cluster.registry().stats())["spares"]["missed"]
         lives = {i: await life(rt, i) for i in ids[1:]}
         for agent_id in ids[1:]:  # back to back: the first one's spare is not yet replaced
