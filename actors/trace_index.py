@@ -228,10 +228,10 @@ class TraceIndex:
         self.agents = _Postings()
         self.capabilities = _Postings()
         self.tasks = _Postings()
-        # Batches held as they came, not read yet, oldest first, each with when it arrived
-        # and its estimated size (in ``bytes`` too); every one of them arrived after every
-        # span of _arrived.
-        self._waiting: deque[tuple[SpanBatch, int, int]] = deque()
+        # Batches held as they came, not read yet, oldest first, each with when it arrived,
+        # its estimated size (in ``bytes`` too) and its spans' count (in ``received`` too);
+        # every one of them arrived after every span of _arrived.
+        self._waiting: deque[tuple[SpanBatch, int, int, int]] = deque()
 
     def __len__(self) -> int:
         self.read_waiting()
@@ -242,6 +242,11 @@ class TraceIndex:
     def add(self, spans: Sequence[SpanRecord], received_ns: int) -> int:
         """Holds ``spans`` (arrived at ``received_ns``), then drops the oldest held spans until
         the bound is kept; how many it dropped."""
+        self.received += len(spans)
+        return self._index(spans, received_ns)
+
+    def _index(self, spans: Sequence[SpanRecord], received_ns: int) -> int:
+        """:meth:`add`, its spans counted as received already."""
         traces, arrived, sizes, graph = self._traces, self._arrived, self._sizes, self.graph
         agents, capabilities, tasks = self.agents, self.capabilities, self.tasks
         for span in spans:
@@ -268,7 +273,6 @@ class TraceIndex:
             if _TASK in attrs:
                 tasks.add_one(str(attrs[_TASK]), trace_id)
             self.bytes += size
-        self.received += len(spans)
         dropped = 0
         while self.bytes > self.max_bytes and self._arrived:
             self._drop_oldest(received_ns)
@@ -281,19 +285,19 @@ class TraceIndex:
         it; then drops the oldest held spans, and then the oldest batches waiting (never the
         newest: its own size is kept when it is read), until the bound is kept; how many spans
         it dropped."""
-        size = len(batch.data) * PACKED_EXPANSION
-        self._waiting.append((batch, received_ns, size))
+        size, count = len(batch.data) * PACKED_EXPANSION, batch.span_count()
+        self._waiting.append((batch, received_ns, size, count))
         self.bytes += size
-        self.received += batch.span_count()
+        self.received += count
         dropped = 0
         while self.bytes > self.max_bytes and (self._arrived or len(self._waiting) > 1):
             if self._arrived:
                 self._drop_oldest(received_ns)
                 dropped += 1
             else:
-                gone, _, gone_size = self._waiting.popleft()
+                _, _, gone_size, gone_count = self._waiting.popleft()
                 self.bytes -= gone_size
-                dropped += gone.span_count()
+                dropped += gone_count
         self.dropped += dropped
         return dropped
 
@@ -301,10 +305,9 @@ class TraceIndex:
         """Indexes the batches held unread, oldest first (as :meth:`add` would have)."""
         waiting = self._waiting
         while waiting:
-            batch, received_ns, size = waiting.popleft()
+            batch, received_ns, size, _ = waiting.popleft()
             self.bytes -= size
-            self.received -= batch.span_count()  # counted as it came; add counts it again
-            self.add(batch, received_ns)
+            self._index(batch, received_ns)  # its spans were counted as it came
 
     def _drop_oldest(self, now_ns: int) -> None:
         span = self._arrived.popleft()

@@ -172,10 +172,11 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         elif parent is not None and sampled_out(parent):  # its handler runs in no span
             out: Span = NonRecordingSpan(_remote(parent))
             return out, env if dropped(env) else traced(env, out)
-        elif dropped(env):  # a new trace that reach's sampler drops: as it is
-            return INVALID_SPAN, env
-        else:
+        else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
             seed = trace_int(env.trace_id)
+            bound = TRACING.bound
+            if bound is not None and seed and env.span_id is None and not keeps(seed, bound):
+                return INVALID_SPAN, env
     attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
                                    Attr.MSG_TYPE: env.msg_type.value}
     if capability is not None:

@@ -58,6 +58,25 @@ async def one_trace_in_the_store(cluster: RayCluster, trace_id: str,
     return spans
 
 
+async def relay_and_echo(driver: reach.Runtime, relay: str, echo: str,
+                         pool: str) -> list[reach.AgentRecord]:
+    """A relay and the echo it asks, packed in a pool of 2 hosts; their records."""
+    placement = reach.Packed(pool=pool, size=2)
+    return [*await driver.spawn_many(Relay, [relay], placement=placement),
+            *await driver.spawn_many(Echo, [echo], placement=placement)]
+
+
+async def ended(driver: reach.Runtime, agent_ids: tuple[str, ...],
+                records: list[reach.AgentRecord]) -> None:
+    """Stops the agents and ends the pool hosts that held them (what is gone already is)."""
+    for agent_id in agent_ids:
+        with contextlib.suppress(reach.ReachError):
+            await driver.stop(agent_id)
+    for host in {r.host for r in records}:
+        with contextlib.suppress(reach.ReachError):
+            driver.cluster.kill(driver.cluster.host(host))
+
+
 async def test_a_request_through_two_agents_is_one_trace_in_the_store_and_at_the_collector(
     rt: Any, collector: Collector,
 ) -> None:
@@ -65,9 +84,7 @@ async def test_a_request_through_two_agents_is_one_trace_in_the_store_and_at_the
         cluster = driver.cluster
         records: list[reach.AgentRecord] = []
         try:
-            placement = reach.Packed(pool="tr-pool", size=2)
-            records = [*await driver.spawn_many(Relay, [RELAY], placement=placement),
-                       *await driver.spawn_many(Echo, [ECHO], placement=placement)]
+            records = await relay_and_echo(driver, RELAY, ECHO, "tr-pool")
             reply = await driver.client.request(RELAY, Ask(text="追踪"), returns=Said)
             assert reply.value == Said(text="追踪", by=ECHO)
             trace_id = reply.envelope.trace_id
@@ -81,12 +98,7 @@ async def test_a_request_through_two_agents_is_one_trace_in_the_store_and_at_the
             assert sorted((s.span_id, s.parent or None, s.name) for s in otlp) == sorted(
                 (s.span_id, s.parent_span_id, s.name) for s in spans)
         finally:
-            for agent_id in (RELAY, ECHO):
-                with contextlib.suppress(reach.ReachError):
-                    await driver.stop(agent_id)
-            for host in {r.host for r in records}:
-                with contextlib.suppress(reach.ReachError):
-                    driver.cluster.kill(driver.cluster.host(host))
+            await ended(driver, (RELAY, ECHO), records)
 
 
 async def test_without_a_collector_each_process_records_the_trace_for_the_store(rt: Any) -> None:
@@ -96,9 +108,7 @@ async def test_without_a_collector_each_process_records_the_trace_for_the_store(
     driver = reach.Runtime(cluster, rt.limits)
     records: list[reach.AgentRecord] = []
     try:
-        placement = reach.Packed(pool="tr-pool-2", size=2)
-        records = [*await driver.spawn_many(Relay, [RELAY2], placement=placement),
-                   *await driver.spawn_many(Echo, [ECHO2], placement=placement)]
+        records = await relay_and_echo(driver, RELAY2, ECHO2, "tr-pool-2")
         reply = await driver.client.request(RELAY2, Ask(text="存储"), returns=Said)
         assert reply.value == Said(text="存储", by=ECHO2)
         provider.force_flush()  # the driver's span leaves now, the hosts' within half a second
@@ -106,12 +116,7 @@ async def test_without_a_collector_each_process_records_the_trace_for_the_store(
                                              relay=RELAY2, echo=ECHO2)
         assert all(s.end_ns >= s.start_ns > 0 for s in spans)
     finally:
-        for agent_id in (RELAY2, ECHO2):
-            with contextlib.suppress(reach.ReachError):
-                await driver.stop(agent_id)
-        for host in {r.host for r in records}:
-            with contextlib.suppress(reach.ReachError):
-                driver.cluster.kill(driver.cluster.host(host))
+        await ended(driver, (RELAY2, ECHO2), records)
         await driver.close()
         use(None)
         await asyncio.to_thread(provider.shutdown)

@@ -36,6 +36,18 @@ class Worker(reach.Agent):
         return m
 
 
+async def answering_again(rt: Any, host: str) -> None:
+    """Waits until the (dead) pool host ``host`` answers again, started anew under its name."""
+    async def answers() -> bool:
+        try:
+            await rt.cluster.host(host).count()
+        except AgentUnavailable:
+            return False
+        return True
+
+    assert await eventually(answers, within_s=30, every_s=0.01)
+
+
 async def back_after(fake: FakeCluster, rt: Any, size: int) -> float:
     """Supervises four agents packed in a pool of ``size`` hosts, kills the first agent's host,
     and returns how long (virtual seconds) that host took to answer again."""
@@ -50,15 +62,7 @@ async def back_after(fake: FakeCluster, rt: Any, size: int) -> float:
     dead = rec.host
     fake.crash(dead)
     killed = clock.monotonic()
-
-    async def answers() -> bool:
-        try:
-            await rt.cluster.host(dead).count()
-        except AgentUnavailable:
-            return False
-        return True
-
-    assert await eventually(answers, within_s=30, every_s=0.01)
+    await answering_again(rt, dead)
     return clock.monotonic() - killed
 
 
@@ -107,15 +111,7 @@ async def back_after_moves(fake: FakeCluster, pool: str, start_s: float) -> tupl
     try:
         fake.crash(dead)
         killed = clock.monotonic()
-
-        async def answers() -> bool:
-            try:
-                await rt.cluster.host(dead).count()
-            except AgentUnavailable:
-                return False
-            return True
-
-        assert await eventually(answers, within_s=30, every_s=0.01)
+        await answering_again(rt, dead)
         back = clock.monotonic() - killed
         found = [await rt.cluster.registry().lookup(a) for a in mates]
         return back, all(r is not None and r.host not in ("", dead) for r in found)
