@@ -60,8 +60,9 @@ SPAN_OVERHEAD = 680
 TRACE_OVERHEAD = 560
 #: A packed span's estimated size in memory once read, per byte of it packed: what
 #: :func:`span_bytes` and :data:`TRACE_OVERHEAD` give reach's send and handler spans, over
-#: their packed rows' size (4.9), rounded up.
-PACKED_EXPANSION = 5
+#: their packed rows' size (9.9: the attributes many spans share are packed once a batch),
+#: rounded up.
+PACKED_EXPANSION = 10
 _EVENT_OVERHEAD = 120
 _LINK_OVERHEAD = 80
 _getsizeof = sys.getsizeof

@@ -257,14 +257,14 @@ class Envelope(BaseModel):
         flags of one byte), and a copy made on every traced send must cost next to nothing
         (a third of ``model_copy``'s time: pydantic's own copy, without its generality).
         """
-        fields = {**self.__dict__, "trace_id": trace_id, "span_id": span_id,
-                  "trace_flags": trace_flags}
-        made = Envelope.__new__(Envelope)
-        object.__setattr__(made, "__dict__", fields)
-        object.__setattr__(made, "__pydantic_fields_set__",
-                           self.__pydantic_fields_set__ | _TRACE_CONTEXT)
-        object.__setattr__(made, "__pydantic_extra__", None)
-        object.__setattr__(made, "__pydantic_private__", None)
+        fields = self.__dict__.copy()
+        fields["trace_id"], fields["span_id"], fields["trace_flags"] = (trace_id, span_id,
+                                                                        trace_flags)
+        made = _new(Envelope)
+        _set(made, "__dict__", fields)
+        _set(made, "__pydantic_fields_set__", self.__pydantic_fields_set__ | _TRACE_CONTEXT)
+        _set(made, "__pydantic_extra__", None)
+        _set(made, "__pydantic_private__", None)
         return made
 
     def to_error(self) -> ReachError:
@@ -281,6 +281,9 @@ class Envelope(BaseModel):
     def remaining_ms(self, now: float) -> float | None:
         """Milliseconds left before the deadline at time ``now`` (None when there is none)."""
         return None if self.deadline is None else (self.deadline - now) * 1000
+
+
+_new, _set = Envelope.__new__, object.__setattr__  # (for with_trace_context)
 
 
 def _is_w3c(value: str, digits: int) -> bool:

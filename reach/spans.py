@@ -21,7 +21,7 @@ them agree on one spelling.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, overload
@@ -163,7 +163,8 @@ class SpanRecord:
 
 #: A finished span as a :class:`SpanBatch` packs it: a :class:`SpanRecord`'s fields in order but
 #: ``process`` (a batch's, once), its kind and status by their values, each event as
-#: ``[name, at_ns, attributes]`` and each link as ``[trace_id, span_id]``.
+#: ``[name, at_ns, attributes]`` and each link as ``[trace_id, span_id]``; then, optionally, the
+#: index of the batch's shared attributes it has too (its own attributes win over them).
 SpanRow = list[Any]
 
 _KIND_OF = {k.value: k for k in SpanKind}
@@ -178,15 +179,20 @@ def pack_row(row: SpanRow) -> bytes:
     except (TypeError, ValueError, OverflowError):
         packed = msgpack.packb(row, default=str)
     return packed
+
+
 _STATUS_OF = {s.value: s for s in SpanStatus}
 
 
 class SpanBatch(Sequence[SpanRecord]):
     """Finished spans of one process, packed: what a process sends the trace store.
 
-    A batch is one msgpack blob (``[process, rows]``, each row a :data:`SpanRow`): it pickles
-    as one ``bytes`` object, where a list of records would pickle field by field. Its records
-    are made when it is first read (by the store), once.
+    A batch is one msgpack blob (``[process, rows]`` or ``[process, rows, shared]``, each row a
+    :data:`SpanRow`): it pickles as one ``bytes`` object, where a list of records would pickle
+    field by field. ``shared`` holds attribute sets that many of its spans have in common (those
+    of one agent's handler runs: its ID, capability, host, node...), each sent once, and a row
+    names the one it has by its index. Its records are made when it is first read (by the
+    store), once.
 
     Args:
         data: The packed batch (:meth:`pack`'s or :meth:`join`'s).
@@ -204,11 +210,16 @@ class SpanBatch(Sequence[SpanRecord]):
         return cls(msgpack.packb([process, rows], default=str))
 
     @classmethod
-    def join(cls, process: str, packed: Sequence[bytes]) -> SpanBatch:
-        """A batch of rows packed one by one (:func:`pack_row`), recorded by ``process``."""
+    def join(cls, process: str, packed: Sequence[bytes],
+             shared: Sequence[Mapping[str, AttrValue]] = ()) -> SpanBatch:
+        """A batch of rows packed one by one (:func:`pack_row`), recorded by ``process``, with
+        the attribute sets its rows name by index (``shared``)."""
         header = msgpack.Packer()
-        return cls(b"".join((header.pack_array_header(2), header.pack(process),
-                             header.pack_array_header(len(packed)), *packed)))
+        parts = [header.pack_array_header(3 if shared else 2), header.pack(process),
+                 header.pack_array_header(len(packed)), *packed]
+        if shared:
+            parts.append(pack_row(list(shared)))
+        return cls(b"".join(parts))
 
     def span_count(self) -> int:
         """How many spans it holds (read from its header: its rows stay packed)."""
@@ -229,14 +240,16 @@ class SpanBatch(Sequence[SpanRecord]):
     def records(self) -> list[SpanRecord]:
         """Its spans, as records."""
         if self._records is None:
-            process, rows = msgpack.unpackb(self.data)
+            process, rows, *rest = msgpack.unpackb(self.data)
+            shared = rest[0] if rest else ()
             self._records = [
                 SpanRecord(trace_id, span_id, parent, name, _KIND_OF[kind], start_ns, end_ns,
-                           _STATUS_OF[status], message, process, attributes,
+                           _STATUS_OF[status], message, process,
+                           {**shared[common[0]], **attributes} if common else attributes,
                            tuple(SpanEvent(*e) for e in events) if events else (),
                            tuple(SpanLink(*link) for link in links) if links else ())
                 for (trace_id, span_id, parent, name, kind, start_ns, end_ns, status, message,
-                     attributes, events, links) in rows]
+                     attributes, events, links, *common) in rows]
         return self._records
 
     def __len__(self) -> int:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from time import time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -34,7 +35,14 @@ from reach._runtime.session_calls import (
     finish,
     limits_payload,
 )
-from reach._runtime.tracer import TRACING, dropped, failed, sampled_out, start_handle
+from reach._runtime.tracer import (
+    TRACING,
+    dropped,
+    failed,
+    handle_shared,
+    sampled_out,
+    start_handle,
+)
 from reach._runtime.transport import STREAM_END_SCHEMA
 from reach.agent import Agent, HandlerSpec
 from reach.errors import (
@@ -52,6 +60,9 @@ from reach.schemas import schema_registry
 from reach.spans import Attr, AttrValue
 
 log = logging.getLogger("reach._runtime.runner")
+
+#: How many sets of span attributes a runner keeps (see AgentRunner._span_shared).
+_SHARED_KEPT = 64
 
 #: Schema of the empty reply of a handler that returns None.
 ACK_SCHEMA = "reach.ack@1.0"
@@ -128,6 +139,7 @@ class AgentRunner:
         # Invariant: every running handler task maps to the envelope it handles.
         self._tasks: dict[asyncio.Task[None], Envelope] = {}
         self._cancelled: dict[asyncio.Task[None], ReachError] = {}
+        self._spans_shared: dict[tuple[str, MsgType, int, str], Mapping[str, AttrValue]] = {}
         for ref, model in type(agent).schema_models().items():
             if ref not in schema_registry.refs():
                 schema_registry.register(ref, model)
@@ -154,9 +166,9 @@ class AgentRunner:
             self._refuse(env, sink.send, exc)
             return None
         # A handler of a trace sampled out runs in no span (its sends carry the trace on).
-        run = (self._run(spec, env, message, sink)
-               if TRACING.tracer is None or sampled_out(env) or dropped(env)
-               else self._run_traced(spec, env, message, sink, clock.monotonic()))
+        run = self._run(spec, env, message, sink,
+                        None if TRACING.tracer is None or sampled_out(env) or dropped(env)
+                        else time_ns())
         task = asyncio.get_running_loop().create_task(run)
         self._tasks[task] = env
         task.add_done_callback(self._forget)
@@ -227,30 +239,29 @@ class AgentRunner:
             failed(span, exc)
         refuse(env, send, exc, self.agent.id, self.audit)
 
-    async def _run_traced(self, spec: HandlerSpec, env: Envelope, message: Any,
-                          sink: ReplySink, received: float) -> None:
-        """:meth:`_run` in a server span of its own (current while the handler runs)."""
-        tracer = TRACING.tracer
-        if tracer is None:  # tracing stopped since the envelope came
-            await self._run(spec, env, message, sink)
-            return
-        span = start_handle(tracer, env, self._span_attributes(env, received))
-        token = otel_context.attach(trace.set_span_in_context(span))  # use_span's, less its cost
-        try:
-            await self._run(spec, env, message, sink, span)
-        finally:
-            otel_context.detach(token)
-            span.end()
-
-    def _span_attributes(self, env: Envelope, received: float) -> dict[str, AttrValue]:
-        agent = self.agent
-        return {Attr.CAPABILITY: _capability(tuple(agent.capabilities), env.payload_schema),
-                Attr.HOST: self.link.transport.endpoint, Attr.NODE: self.node,
-                Attr.EPOCH: self.epoch,
-                Attr.QUEUED_MS: max(clock.monotonic() - received, 0.0) * 1000}
+    def _span_shared(self, env: Envelope) -> Mapping[str, AttrValue]:
+        """The attributes this agent's handler spans share for ``env``'s schema and type."""
+        key = (env.payload_schema, env.msg_type, self.epoch, self.node)
+        shared = self._spans_shared.get(key)
+        if shared is None:
+            if len(self._spans_shared) >= _SHARED_KEPT:  # epochs and nodes of the past
+                self._spans_shared.clear()
+            shared = self._spans_shared[key] = handle_shared(
+                env, tuple(self.agent.capabilities), {
+                    Attr.HOST: self.link.transport.endpoint, Attr.NODE: self.node,
+                    Attr.EPOCH: self.epoch})
+        return shared
 
     async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink,
-                   span: Span | None = None) -> None:
+                   received_ns: int | None = None) -> None:
+        """Runs a handler; with ``received_ns`` (when its host took ``env``), in a server span
+        of its own, current while the handler runs."""
+        span: Span | None = None
+        tracer = TRACING.tracer
+        if received_ns is not None and tracer is not None:  # (tracing may have stopped since)
+            span = start_handle(tracer, env, self._span_shared(env),
+                                max(time_ns() - received_ns, 0) / 1e6)
+            token = otel_context.attach(trace.set_span_in_context(span))  # use_span's, cheaper
         self.inflight += 1
         ctx = self.context(self.link, self.agent.id, env)
         # A stream's chunks, end and error all take the same (ordered) path.
@@ -279,6 +290,9 @@ class AgentRunner:
         finally:
             self.inflight -= 1
             self.handled += 1
+            if span is not None:
+                otel_context.detach(token)
+                span.end()
 
     async def _invoke(self, spec: HandlerSpec, ctx: object, message: Any, env: Envelope,
                       sink: ReplySink) -> str:
@@ -414,16 +428,6 @@ class AgentRunner:
             await self.agent.on_stop()
         except Exception:
             log.exception("on_stop of %s raised", self.agent.id)
-
-
-def _capability(capabilities: tuple[str, ...], schema: str) -> str:
-    """The capability of an agent's that a payload schema is for: the one its name is, or
-    extends, or else the agent's first ("" for an agent with none)."""
-    name = schema.partition("@")[0]
-    for tag in capabilities:
-        if name == tag or name.startswith(tag + "."):
-            return tag
-    return capabilities[0] if capabilities else ""
 
 
 def refuse(env: Envelope, send: Callable[[Envelope], None], exc: ReachError, agent_id: str,

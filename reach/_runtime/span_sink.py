@@ -9,15 +9,19 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 
-from reach.spans import SpanBatch, SpanRow, pack_row
+from reach.spans import AttrValue, SpanBatch, SpanRow, pack_row
 
 log = logging.getLogger("reach._runtime.span_sink")
 
 #: Sends a batch of finished spans to the trace store (awaited on the process's event loop; a
 #: failure is only logged).
 SendBatch = Callable[[SpanBatch], Awaitable[None]]
+
+#: Attributes that many spans have in common (see :meth:`SpanSink.add`).
+SharedAttributes = Mapping[str, AttrValue]
 
 #: How many finished spans a process holds for the trace store before it drops them.
 STORE_QUEUE = 32_768
@@ -47,16 +51,33 @@ class SpanSink:
         # Packed as they end: bytes are no work for the garbage collector, where a row's lists
         # and dicts, held until their batch leaves, would be (each full collection reads them).
         self._rows: collections.deque[bytes] = collections.deque()
+        # The attribute sets the rows held name by index, and their indexes by the identity of
+        # each (kept alive by the list: no ID is reused). The lock keeps a row that names one
+        # and the table it names it in together, whichever threads add and flush.
+        self._shared: list[SharedAttributes] = []
+        self._shared_index: dict[int, int] = {}
+        self._lock = threading.Lock()
         self._due: asyncio.TimerHandle | asyncio.Handle | None = None
         self._soon = False
 
-    def add(self, row: SpanRow) -> None:
-        """Holds one finished span (from any thread; the loop's is the usual one)."""
+    def add(self, row: SpanRow, shared: SharedAttributes | None = None) -> None:
+        """Holds one finished span (from any thread; the loop's is the usual one), with the
+        attributes it shares with others (``shared``: one object for all of them, never
+        changed, sent once per batch; its own attributes, in ``row``, win over them)."""
         rows = self._rows
         if len(rows) >= STORE_QUEUE:
             self.dropped += 1
             return
-        rows.append(pack_row(row))
+        if shared is None:
+            rows.append(pack_row(row))
+        else:
+            with self._lock:
+                index = self._shared_index.get(id(shared))
+                if index is None:
+                    index = self._shared_index[id(shared)] = len(self._shared)
+                    self._shared.append(shared)
+                row.append(index)
+                rows.append(pack_row(row))
         full = len(rows) >= BATCH_SPANS
         if (self._due is None or (full and not self._soon)
                 or _running_loop() is not self.loop):
@@ -91,9 +112,13 @@ class SpanSink:
             self._due.cancel()
         self._due, self._soon = None, False
         rows = self._rows
-        while rows:
-            batch = [rows.popleft() for _ in range(min(len(rows), BATCH_SPANS))]
-            self._start(SpanBatch.join(self.process, batch), len(batch))
+        with self._lock:  # the rows that name the table taken, and only those
+            shared = self._shared
+            self._shared, self._shared_index = [], {}
+            held = [rows.popleft() for _ in range(len(rows))]
+        for at in range(0, len(held), BATCH_SPANS):
+            batch = held[at:at + BATCH_SPANS]
+            self._start(SpanBatch.join(self.process, batch, shared), len(batch))
 
     def _start(self, batch: SpanBatch, count: int) -> None:
         if not start_send(self._send, batch):
@@ -127,4 +152,5 @@ def _sent(sent: asyncio.Future[None]) -> None:
         log.debug("the trace store did not take spans: %s", sent.exception())
 
 
-__all__ = ["BATCH_DELAY_S", "BATCH_SPANS", "STORE_QUEUE", "SendBatch", "SpanSink", "start_send"]
+__all__ = ["BATCH_DELAY_S", "BATCH_SPANS", "STORE_QUEUE", "SendBatch", "SharedAttributes",
+           "SpanSink", "start_send"]

@@ -104,6 +104,9 @@ class StoreSpan(Span):
         parent_hex: Its parent's span ID, or None for a trace's root.
         flags: Its trace flags.
         attributes: Its attributes (kept as given: reach's own are scalars).
+
+    A span may also have attributes it shares with many others (``_shared``: one object for all
+    of them, never changed, sent once per batch); its own win over them.
     """
 
     # What most spans keep as it is, kept by the class until a span changes it.
@@ -113,6 +116,7 @@ class StoreSpan(Span):
     _links: list[list[str]] | None = None
     _status = _UNSET
     _end_ns: int | None = None
+    _shared: Mapping[str, AttrValue] | None = None
     _record_exception = True
     _set_status_on_exception = True
 
@@ -206,7 +210,8 @@ class StoreSpan(Span):
             sink.add([self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
                       self._start_ns, end,
                       "unset" if status is _UNSET else _STATUSES[status.status_code],
-                      status.description or "", self._attributes, self._events, self._links])
+                      status.description or "", self._attributes, self._events, self._links],
+                     self._shared)
 
     def _ended(self, what: str) -> bool:
         if self._end_ns is None:
@@ -255,23 +260,25 @@ class StoreTracer(Tracer):
         return span
 
     def under(self, name: str, kind: str, parent: Span, seed: int,  # noqa: PLR0917 - a span's fields
-              trace_hex: str | None, attributes: dict[str, AttrValue]) -> Span:
+              trace_hex: str | None, attributes: dict[str, AttrValue],
+              shared: Mapping[str, AttrValue] | None = None) -> Span:
         """A span under ``parent`` (the current span, or one carrying a context), or, under an
         invalid one, a span that starts a trace (see :meth:`root`)."""
         if type(parent) is StoreSpan:
             return self.child(name, kind, parent.trace_hex, parent.span_hex, parent.flags,
-                              attributes, parent._state)
+                              attributes, parent._state, shared)
         ctx = parent.get_span_context()
         if ctx.is_valid:
             return self.child(name, kind, f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
-                              ctx.trace_flags, attributes, ctx.trace_state or None)
-        return self.root(name, kind, seed, trace_hex if seed else None, attributes)
+                              ctx.trace_flags, attributes, ctx.trace_state or None, shared)
+        return self.root(name, kind, seed, trace_hex if seed else None, attributes, shared)
 
     def child(self, name: str, kind: str, trace_hex: str, parent_hex: str, flags: int,  # noqa: PLR0917 - a span's fields
-              attributes: dict[str, AttrValue],
-              state: TraceState | None = None) -> StoreSpan | NonRecordingSpan:
+              attributes: dict[str, AttrValue], state: TraceState | None = None,
+              shared: Mapping[str, AttrValue] | None = None) -> StoreSpan | NonRecordingSpan:
         """A span under a parent of ``trace_hex`` and ``parent_hex`` (both W3C) with W3C trace
-        ``flags`` (and a trace ``state`` to carry on): kept when its parent was."""
+        ``flags`` (and a trace ``state`` to carry on, attributes ``shared`` with other spans):
+        kept when its parent was."""
         flags &= _SAMPLED | _RANDOM
         if not flags & _SAMPLED:
             return NonRecordingSpan(SpanContext(int(trace_hex, 16), random.getrandbits(64) or 1,
@@ -279,18 +286,24 @@ class StoreTracer(Tracer):
         span = StoreSpan(self._sink, name, kind, trace_hex, parent_hex, flags, attributes)
         if state is not None:
             span._state = state
+        if shared is not None:
+            span._shared = shared
         return span
 
-    def root(self, name: str, kind: str, seed: int, trace_hex: str | None,
-             attributes: dict[str, AttrValue]) -> StoreSpan | NonRecordingSpan:
+    def root(self, name: str, kind: str, seed: int, trace_hex: str | None,  # noqa: PLR0917 - a span's fields
+             attributes: dict[str, AttrValue],
+             shared: Mapping[str, AttrValue] | None = None) -> StoreSpan | NonRecordingSpan:
         """A span that starts a trace, of ``seed`` (its hex text ``trace_hex`` when known) or
         with ``seed`` 0, of a random ID: kept by the ratio."""
         trace_id = seed or random.getrandbits(128) or 1
         if trace_id & (_ID_SPACE - 1) >= self._bound:
             return NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False,
                                                 _FLAGS[_RANDOM]))
-        return StoreSpan(self._sink, name, kind, trace_hex or f"{trace_id:032x}", None,
+        span = StoreSpan(self._sink, name, kind, trace_hex or f"{trace_id:032x}", None,
                          _SAMPLED | _RANDOM, attributes)
+        if shared is not None:
+            span._shared = shared
+        return span
 
     @_agnosticcontextmanager
     def start_as_current_span(self, name: str, context: Context | None = None,  # noqa: PLR0917 - the API's

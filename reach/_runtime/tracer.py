@@ -50,7 +50,7 @@ from opentelemetry.trace import (
 from reach._runtime.store_tracer import SEED, StoreSpan, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
-from reach.protocol import Envelope
+from reach.protocol import Envelope, MsgType
 from reach.spans import Attr, AttrValue, SpanName
 
 #: The name of reach's tracer (its instrumentation scope).
@@ -58,6 +58,10 @@ TRACER_NAME = "reach"
 
 _HEX = "0123456789abcdef"
 _ID_SPACE = 1 << 64
+# The names of a handler span's attributes, as plain names (read on every traced run).
+_AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
+_SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
+_HANDLE = SpanName.HANDLE.value
 
 
 class _Tracing:
@@ -163,7 +167,7 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         parent: The envelope whose handler sends it, if any.
     """
     current = trace.get_current_span()
-    seed = 0
+    seed, new = 0, False
     if type(current) is not StoreSpan:  # (one is recording: its trace is sampled)
         ctx = current.get_span_context()
         if ctx.is_valid:
@@ -173,22 +177,42 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
             out: Span = NonRecordingSpan(_remote(parent))
             return out, env if dropped(env) else traced(env, out)
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
-            seed = trace_int(env.trace_id)
+            seed, new = trace_int(env.trace_id), True
             bound = TRACING.bound
             if bound is not None and seed and env.span_id is None and not keeps(seed, bound):
                 return INVALID_SPAN, env
-    attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
-                                   Attr.MSG_TYPE: env.msg_type.value}
-    if capability is not None:
-        attrs[Attr.CAPABILITY] = attrs[Attr.RECEIVER] = capability
-    if env.session_id is not None:
-        attrs[Attr.SESSION_ID] = env.session_id
-    name = f"{SpanName.SEND} {capability or env.receiver}"
-    span = (tracer.under(name, "client", current, seed, env.trace_id, attrs)
-            if type(tracer) is StoreTracer else
-            start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
-                  attributes=attrs))
+    shared, name = _send_shared(env, capability)
+    own: dict[str, AttrValue] = {} if env.session_id is None else {_SESSION_ID: env.session_id}
+    if type(tracer) is not StoreTracer:
+        span = start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
+                     attributes={**shared, **own})
+    elif new:
+        span = tracer.root(name, "client", seed, env.trace_id if seed else None, own, shared)
+    else:
+        span = tracer.under(name, "client", current, seed, env.trace_id, own, shared)
     return span, traced(env, span)
+
+
+#: The attributes of send spans that each (sender, receiver, type, capability) has in common,
+#: with the spans' name; emptied past :data:`SHARED_KEPT` entries.
+_SENDS: dict[tuple[str, str, MsgType, str | None], tuple[dict[str, AttrValue], str]] = {}
+#: How many sets of shared span attributes a process keeps, at most, for its sends.
+SHARED_KEPT = 1024
+
+
+def _send_shared(env: Envelope, capability: str | None) -> tuple[dict[str, AttrValue], str]:
+    """The attributes a send span of ``env`` has in common with others, and its name."""
+    key = (env.sender, env.receiver, env.msg_type, capability)
+    made = _SENDS.get(key)
+    if made is None:
+        shared: dict[str, AttrValue] = {_SENDER: env.sender, _AGENT_ID: env.receiver,
+                                        _MSG_TYPE: env.msg_type.value}
+        if capability is not None:
+            shared[Attr.CAPABILITY] = shared[Attr.RECEIVER] = capability
+        if len(_SENDS) >= SHARED_KEPT:
+            _SENDS.clear()
+        made = _SENDS[key] = (shared, f"{SpanName.SEND} {capability or env.receiver}")
+    return made
 
 
 def dropped(env: Envelope, trace_id: int | None = None) -> bool:
@@ -208,25 +232,55 @@ def sampled_out(env: Envelope) -> bool:
     return env.span_id is not None and not env.trace_flags & 1
 
 
-def start_handle(tracer: Tracer, env: Envelope, attributes: Mapping[str, AttrValue]) -> Span:
+def handle_shared(env: Envelope, capabilities: Sequence[str],
+                  attributes: Mapping[str, AttrValue]) -> dict[str, AttrValue]:
+    """The attributes a handler's span has in common with its agent's other runs for
+    ``env``'s payload schema and message type: the agent's ID, the type and the schema, the
+    capability of the agent's (``capabilities``) that the schema is for, and ``attributes``
+    (its host, node, epoch...). Made once and given to :func:`start_handle` for each such run
+    (it is never changed)."""
+    return {_AGENT_ID: env.receiver, _MSG_TYPE: env.msg_type.value,
+            _PAYLOAD_SCHEMA: env.payload_schema,
+            Attr.CAPABILITY: capability_for(capabilities, env.payload_schema), **attributes}
+
+
+def capability_for(capabilities: Sequence[str], schema: str) -> str:
+    """The capability of an agent's that a payload schema is for: the one its name is, or
+    extends, or else the agent's first ("" for an agent with none)."""
+    name = schema.partition("@")[0]
+    for tag in capabilities:
+        if name == tag or name.startswith(tag + "."):
+            return tag
+    return capabilities[0] if capabilities else ""
+
+
+def start_handle(tracer: Tracer, env: Envelope, shared: Mapping[str, AttrValue],
+                 queued_ms: float | None = None) -> Span:
     """The server span of a handler's run of ``env``: the child of the envelope's span (for
-    an envelope of a trace sampled out, that span's context, recording nothing)."""
+    an envelope of a trace sampled out, that span's context, recording nothing).
+
+    Args:
+        tracer: This process's tracer.
+        env: The envelope handled.
+        shared: Its attributes in common with other runs (:func:`handle_shared`'s).
+        queued_ms: How long ``env`` waited in its host's inbox, when known.
+    """
     if env.span_id is not None and not env.trace_flags & 1:  # sampled out
         return NonRecordingSpan(_remote(env))
-    attrs: dict[str, AttrValue] = {Attr.SENDER: env.sender, Attr.AGENT_ID: env.receiver,
-                                   Attr.MSG_TYPE: env.msg_type.value,
-                                   Attr.PAYLOAD_SCHEMA: env.payload_schema, **attributes}
+    own: dict[str, AttrValue] = {_SENDER: env.sender}
     if env.session_id is not None:
-        attrs[Attr.SESSION_ID] = env.session_id
-    name = f"{SpanName.HANDLE} {env.payload_schema}"
+        own[_SESSION_ID] = env.session_id
+    if queued_ms is not None:
+        own[_QUEUED_MS] = queued_ms
+    name = f"{_HANDLE} {env.payload_schema}"
     if type(tracer) is StoreTracer:  # the envelope's IDs, as they are
         if env.span_id is not None:
             return tracer.child(name, "server", env.trace_id, env.span_id, env.trace_flags,
-                                attrs)
+                                own, shared=shared)
         seed = trace_int(env.trace_id)
-        return tracer.root(name, "server", seed, env.trace_id if seed else None, attrs)
+        return tracer.root(name, "server", seed, env.trace_id if seed else None, own, shared)
     return start(tracer, name, SpanKind.SERVER, context=envelope_context(env),
-                 trace_id=env.trace_id, attributes=attrs)
+                 trace_id=env.trace_id, attributes={**shared, **own})
 
 
 def failed(span: Span, error: ReachError) -> None:
@@ -265,7 +319,6 @@ def internal(name: str, attributes: Mapping[str, AttrValue], *,
             raise
 
 
-__all__ = ["SEED", "TRACER_NAME", "TRACING", "dropped", "envelope_context", "event", "failed",
-           "internal",
-           "keeps", "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced",
-           "use"]
+__all__ = ["SEED", "SHARED_KEPT", "TRACER_NAME", "TRACING", "capability_for", "dropped",
+           "envelope_context", "event", "failed", "handle_shared", "internal", "keeps",
+           "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced", "use"]

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from pydantic import BaseModel
 
-from reach._runtime.tracer import TRACING, failed, start_handle, start_send
+from reach._runtime.tracer import TRACING, failed, handle_shared, start_handle, start_send
 from reach.agent import Agent, HandlerSpec
 from reach.errors import (
     AuthError,
@@ -312,7 +312,9 @@ class RemoteAgentRunner:
         if tracer is None:
             await self._handle_now(env, arrived)
             return
-        span = start_handle(tracer, env, {Attr.HOST: "remote", Attr.EPOCH: self.epoch})
+        span = start_handle(tracer, env,
+                            handle_shared(env, tuple(self.agent.capabilities),
+                                          {Attr.HOST: "remote", Attr.EPOCH: self.epoch}))
         with trace.use_span(span, end_on_exit=True, record_exception=False,
                             set_status_on_exception=False):
             await self._handle_now(env, arrived)

@@ -42,6 +42,7 @@ from reach._runtime.tracer import TRACING, start, use
 from reach.errors import Severity
 from reach.spans import (
     Attr,
+    AttrValue,
     SpanBatch,
     SpanEvent,
     SpanLink,
@@ -374,6 +375,41 @@ def test_a_batch_is_one_blob_that_reads_back_as_the_records_it_packed() -> None:
     assert (len(copied), copied[1], copied[:1]) == (2, bare, [rich])
     assert isinstance(copied[0].attributes["flag"], bool)
     assert len(pickle.dumps(batch)) < len(pickle.dumps([rich, bare]))
+
+
+def test_attributes_spans_share_travel_once_per_batch_and_read_back_on_every_span() -> None:
+    echo = {"reach.agent_id": "stt-echo", "reach.capability": "stt.echo", "reach.epoch": 2}
+    relay = {"reach.agent_id": "stt-relay", "reach.capability": "stt.relay", "reach.epoch": 1}
+    batches: list[SpanBatch] = []
+
+    async def scenario(_fake: FakeCluster) -> None:
+        async def send(batch: SpanBatch) -> None:
+            batches.append(batch)
+
+        sink = SpanSink(send, "stt")
+        for n in range(6):
+            own: dict[str, AttrValue] = {"reach.sender": f"caller-{n}"}
+            if n == 5:
+                own["reach.epoch"] = 9  # a span's own attribute wins over a shared one
+            sink.add([*row(n)[:9], own, None, None], echo if n % 2 else relay)
+        await asyncio.to_thread(sink.add, [*row(6)[:9], {}, None, None], echo)  # another thread
+        sink.add(row(7))
+        sink.flush()
+        sink.add([*row(8)[:9], {}, None, None], echo)  # the next batch: its table again
+        sink.flush()
+
+    run(scenario)
+    first, second = batches
+    assert first.data.count(b"stt.relay") == first.data.count(b"stt.echo") == 1
+    records = list(pickle.loads(pickle.dumps(first)))
+    assert [r.attributes for r in records] == [
+        {**relay, "reach.sender": "caller-0"}, {**echo, "reach.sender": "caller-1"},
+        {**relay, "reach.sender": "caller-2"}, {**echo, "reach.sender": "caller-3"},
+        {**relay, "reach.sender": "caller-4"}, {**echo, "reach.sender": "caller-5",
+                                               "reach.epoch": 9},
+        echo, {}]
+    assert first.span_count() == 8
+    assert [r.attributes for r in second] == [echo]
 
 
 def test_install_traces_with_the_sdk_only_where_otlp_is_set() -> None:

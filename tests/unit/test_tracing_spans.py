@@ -127,6 +127,25 @@ def test_a_request_a_handler_a_nested_request_and_its_handler_are_one_trace_of_p
     assert float(handle_echo.attributes[Attr.QUEUED_MS]) >= 0  # type: ignore[arg-type]
 
 
+def test_a_handler_s_span_names_the_epoch_and_node_its_agent_has_when_it_runs() -> None:
+    async def scenario(fake: FakeCluster) -> str:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "tru-echo-e", placement=reach.Packed(pool="tru-e", size=1))
+        await rt.client.request("tru-echo-e", Ask(text="first"), returns=Answer)
+        record = await rt.cluster.registry().lookup("tru-echo-e")
+        runner = fake.process(record.host).runners["tru-echo-e"]
+        runner.epoch, runner.node = 7, "node-z"  # as its host registers it again
+        await rt.client.request("tru-echo-e", Ask(text="second"), returns=Answer)
+        return record.node
+
+    with traced() as caught:
+        node = run(scenario)
+    handled = [s for s in caught.get_finished_spans() if s.name == "handle tru.ask@1.0"]
+    assert [(s.attributes[Attr.EPOCH], s.attributes[Attr.NODE]) for s in handled] == [
+        (1, node), (7, "node-z")]
+    assert all(s.attributes[Attr.CAPABILITY] == "tru.echo" for s in handled)
+
+
 def test_a_handler_s_error_ends_its_span_and_the_send_s_in_error_with_code_and_severity() -> None:
     async def scenario(fake: FakeCluster) -> None:
         rt = fake.runtime()
