@@ -36,9 +36,9 @@ from policies.tasks import SeverityPolicy
 from reach import clock
 from reach._runtime.span_export import SeededIds, to_record
 from reach._runtime.span_sink import BATCH_DELAY_S, BATCH_SPANS, STORE_QUEUE, SpanSink
-from reach._runtime.store_tracer import StoreTracerProvider
+from reach._runtime.store_tracer import StoreTracer, StoreTracerProvider
 from reach._runtime.trace_setup import install
-from reach._runtime.tracer import TRACING, start, use
+from reach._runtime.tracer import SHARED_KEPT, TRACING, start, start_send, use
 from reach.errors import Severity
 from reach.spans import (
     Attr,
@@ -410,6 +410,31 @@ def test_attributes_spans_share_travel_once_per_batch_and_read_back_on_every_spa
         echo, {}]
     assert first.span_count() == 8
     assert [r.attributes for r in second] == [echo]
+
+
+def test_a_send_s_span_names_its_receiver_however_many_receivers_its_sender_had() -> None:
+    batches: list[SpanBatch] = []
+    sends = SHARED_KEPT + 5  # past what a process keeps of the sets its sends share
+
+    async def scenario(_fake: FakeCluster) -> None:
+        async def send(batch: SpanBatch) -> None:
+            batches.append(batch)
+
+        sink = SpanSink(send, "stt")
+        tracer = StoreTracer(sink, 1.0)
+        for n in range(sends):
+            env = reach.Envelope.request("stt-caller", f"stt-to-{n}", {"text": "x"},
+                                         "stt.ask@1.0")
+            span, _ = start_send(tracer, env, "stt.cap" if n % 2 else None)
+            span.end()
+        sink.flush()
+
+    run(scenario)
+    records = [r for batch in batches for r in batch]
+    assert [r.attributes[Attr.AGENT_ID] for r in records] == [f"stt-to-{n}" for n in range(sends)]
+    assert {r.attributes[Attr.SENDER] for r in records} == {"stt-caller"}
+    assert [(r.name, r.attributes.get(Attr.CAPABILITY)) for r in records[:2]] == [
+        ("send stt-to-0", None), ("send stt.cap", "stt.cap")]
 
 
 def test_install_traces_with_the_sdk_only_where_otlp_is_set() -> None:
