@@ -40,6 +40,7 @@ from reach._runtime.tracer import (
     dropped,
     failed,
     handle_shared,
+    remember,
     sampled_out,
     start_handle,
 )
@@ -242,23 +243,17 @@ class AgentRunner:
     def _span_shared(self, env: Envelope) -> Mapping[str, AttrValue]:
         """The attributes this agent's handler spans share for ``env``'s schema and type."""
         key = (env.payload_schema, env.msg_type, self.epoch, self.node)
-        shared = self._spans_shared.get(key)
-        if shared is None:
-            if len(self._spans_shared) >= _SHARED_KEPT:  # epochs and nodes of the past
-                self._spans_shared.clear()
-            shared = self._spans_shared[key] = handle_shared(
-                env, tuple(self.agent.capabilities), {
-                    Attr.HOST: self.link.transport.endpoint, Attr.NODE: self.node,
-                    Attr.EPOCH: self.epoch})
-        return shared
+        return self._spans_shared.get(key) or remember(  # (past ones: epochs, nodes of the past)
+            self._spans_shared, key, handle_shared(env, tuple(self.agent.capabilities), {
+                Attr.HOST: self.link.transport.endpoint, Attr.NODE: self.node,
+                Attr.EPOCH: self.epoch}), _SHARED_KEPT)
 
     async def _run(self, spec: HandlerSpec, env: Envelope, message: Any, sink: ReplySink,
                    received_ns: int | None = None) -> None:
         """Runs a handler; with ``received_ns`` (when its host took ``env``), in a server span
         of its own, current while the handler runs."""
         span: Span | None = None
-        tracer = TRACING.tracer
-        if received_ns is not None and tracer is not None:  # (tracing may have stopped since)
+        if received_ns is not None and (tracer := TRACING.tracer) is not None:  # (or stopped)
             span = start_handle(tracer, env, self._span_shared(env),
                                 max(time_ns() - received_ns, 0) / 1e6)
             token = otel_context.attach(trace.set_span_in_context(span))  # use_span's, cheaper

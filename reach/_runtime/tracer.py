@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -62,6 +63,8 @@ _ID_SPACE = 1 << 64
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
 _SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
 _HANDLE = SpanName.HANDLE.value
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 class _Tracing:
@@ -209,10 +212,18 @@ def _send_shared(env: Envelope, capability: str | None) -> tuple[dict[str, AttrV
                                         _MSG_TYPE: env.msg_type.value}
         if capability is not None:
             shared[Attr.CAPABILITY] = shared[Attr.RECEIVER] = capability
-        if len(_SENDS) >= SHARED_KEPT:
-            _SENDS.clear()
-        made = _SENDS[key] = (shared, f"{SpanName.SEND} {capability or env.receiver}")
+        made = remember(_SENDS, key, (shared, f"{SpanName.SEND} {capability or env.receiver}"),
+                        SHARED_KEPT)
     return made
+
+
+def remember(sets: dict[_K, _V], key: _K, value: _V, most: int) -> _V:
+    """Keeps ``value`` in ``sets`` (shared span attributes, by what they are shared by) under
+    ``key``, ``sets`` emptied first when it holds ``most`` already; ``value``."""
+    if len(sets) >= most:
+        sets.clear()
+    sets[key] = value
+    return value
 
 
 def dropped(env: Envelope, trace_id: int | None = None) -> bool:
@@ -321,4 +332,5 @@ def internal(name: str, attributes: Mapping[str, AttrValue], *,
 
 __all__ = ["SEED", "SHARED_KEPT", "TRACER_NAME", "TRACING", "capability_for", "dropped",
            "envelope_context", "event", "failed", "handle_shared", "internal", "keeps",
-           "sampled_out", "start", "start_handle", "start_send", "trace_int", "traced", "use"]
+           "remember", "sampled_out", "start", "start_handle", "start_send", "trace_int",
+           "traced", "use"]
