@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import Any
 
 from actors._mem import rss_bytes
@@ -182,9 +183,10 @@ class AgentHost(HostedAgents):
             payload_schema=ERROR_SCHEMA, error_info=error.to_info()))
 
     async def info(self) -> dict[str, Any]:
-        """Agents here with their in-flight counts, transport counters and resident memory."""
+        """Agents here with their in-flight counts, transport counters, resident memory and the
+        CPU time this process has used (seconds, all its threads)."""
         return {"host": self.name, "node": self.node, "rss_bytes": rss_bytes(),
-                "pid": os.getpid(),
+                "cpu_s": time.process_time(), "pid": os.getpid(),
                 "agents": {i: r.inflight for i, r in self.runners.items()},
                 "batches_sent": self.transport.batches_sent,
                 "envelopes_sent": self.transport.envelopes_sent}

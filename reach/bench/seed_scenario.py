@@ -120,9 +120,15 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
 
     await drive(send, min(total, 500), inflight)  # warm-up
     sent0, batches0 = rt.transport.envelopes_sent, rt.transport.batches_sent
+    hosts = sorted({record.host for record in records})
+    cpu0 = time.process_time(), await _hosts_cpu(rt, hosts)
     result = await drive(send, total, inflight, prefix)
+    cpu1 = time.process_time(), await _hosts_cpu(rt, hosts)
     batches = rt.transport.batches_sent - batches0
     result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
+    # CPU per message: a steadier measure of the work done than msg/s (see docs/tracing.md)
+    result["driver_cpu_us"] = round((cpu1[0] - cpu0[0]) / total * 1e6, 1)
+    result["hosts_cpu_us"] = round((cpu1[1] - cpu0[1]) / total * 1e6, 1)
     for agent_id in ids:
         await rt.stop(agent_id)
     if isinstance(placement, reach.Packed):  # pool hosts outlive their agents: end them too
@@ -132,10 +138,18 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
     return result
 
 
+async def _hosts_cpu(rt: reach.Runtime, hosts: list[str]) -> float:
+    """The CPU seconds these hosts' processes have used, together."""
+    infos = await asyncio.gather(*(rt.cluster.host(host).info() for host in hosts))
+    return sum(info["cpu_s"] for info in infos)
+
+
 def show(name: str, r: dict[str, float]) -> None:
     """Prints one contestant's figures."""
     print(f"{name:<17} {r['msgs_per_s']:>9.0f} msg/s   p50 {r['p50_ms']:>7.1f} ms   "
-          f"p95 {r['p95_ms']:>7.1f} ms   p99 {r['p99_ms']:>7.1f} ms", flush=True)
+          f"p95 {r['p95_ms']:>7.1f} ms   p99 {r['p99_ms']:>7.1f} ms" + (
+              f"   CPU/msg driver {r['driver_cpu_us']:.0f} us, hosts {r['hosts_cpu_us']:.0f} us"
+              if "hosts_cpu_us" in r else ""), flush=True)
 
 
 async def contestant(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,8 +7,9 @@ whose ``reach.init(tracing=...)`` says how every process of the round traces: ``
 (``tracing=False``: the API's no-op), ``sampled_1pct`` and ``sampled_100pct`` (the SDK, a
 parent-based ratio sampler, and the spans batched to the cluster's trace store; no OTLP
 collector). They take turns, ``--rounds`` times each in alternating order, each reporting its
-best round. Prints msg/s and latency for each, and the throughput each sampling costs against
-``off``; writes ``tracing.json`` into the results folder (:mod:`reach.bench.results`). Run:
+best round. Prints msg/s, latency and CPU per message (the driver's process and the hosts'
+together, over the measured messages) for each, and the throughput and CPU each sampling costs
+against ``off``; writes ``tracing.json`` into the results folder (:mod:`reach.bench.results`). Run:
 ``python -m reach.bench.tracing [--messages N] [--inflight K] [--address ADDR] [--quick]
 [--out DIR]``.
 """
@@ -55,6 +56,10 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
         show(name, best[name])
     print("cost of tracing vs off: " + ", ".join(
         f"{name} {best[name]['cost_vs_off']:.1%}" for name in CONTESTANTS[1:]))
+    cpu = {name: best[name]["driver_cpu_us"] + best[name]["hosts_cpu_us"] for name in CONTESTANTS}
+    print("CPU per message vs off (driver and hosts): " + ", ".join(
+        f"{name} {cpu[name] - cpu['off']:+.1f} us ({cpu[name] / cpu['off'] - 1:+.1%})"
+        for name in CONTESTANTS[1:]))
     await rt.close()
     return best
 

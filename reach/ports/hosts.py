@@ -24,12 +24,13 @@ class HandlerDoc(TypedDict):
 
 
 class HostInfo(TypedDict):
-    """A host's agents with their requests in flight, its transport counters and memory (and,
-    of a remote agents' host, the agents connected now)."""
+    """A host's agents with their requests in flight, its transport counters, memory and CPU
+    time (and, of a remote agents' host, the agents connected now)."""
 
     host: str
     node: str
     rss_bytes: int
+    cpu_s: float
     pid: int
     agents: dict[str, int]
     batches_sent: int

@@ -4,6 +4,7 @@ in milliseconds of wall time (the clock is virtual; see reach.testing)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -719,5 +720,19 @@ def test_a_slow_reply_rides_back_on_the_callers_next_call_to_its_host() -> None:
         host = (await rt.cluster.registry().lookup("e-1")).host
         through_inbox = (await rt.cluster.host(host).info())["envelopes_sent"]
         assert through_inbox < 130  # half the late replies rode back on the caller's next calls
+
+    run(scenario)
+
+
+def test_a_hosts_info_says_how_much_cpu_its_process_has_used() -> None:
+    async def scenario(fake: FakeCluster) -> None:
+        rt = fake.runtime()
+        await rt.spawn(Echo, "e-1", placement=packed())
+        host = rt.cluster.host((await rt.cluster.registry().lookup("e-1")).host)
+        before = (await host.info())["cpu_s"]
+        await asyncio.gather(*(rt.client.request("e-1", Ask(text=str(i))) for i in range(300)))
+        after = (await host.info())["cpu_s"]
+        # (the fake cluster's hosts share this process: its CPU time is theirs)
+        assert 0 < before < after <= time.process_time()
 
     run(scenario)
