@@ -121,6 +121,11 @@ class Envelope(BaseModel):
         except ValidationError as exc:
             raise _protocol_error(exc) from exc
 
+    # Marked as pydantic marks its own: a model's own __init__ is otherwise called by
+    # model_validate too, and every envelope parsed was validated twice (``parse`` turns the
+    # errors into a ProtocolError itself).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> Envelope:
         """Validates a mapping of fields (as decoded from the wire) into an envelope.

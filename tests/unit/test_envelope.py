@@ -16,6 +16,7 @@ from reach import (
     ProtocolError,
     Severity,
     UnknownSchema,
+    protocol,
 )
 from reach.protocol import ERROR_SCHEMA
 
@@ -343,6 +344,21 @@ def test_message_ids_are_unique_and_their_short_forms_still_differ() -> None:
 def test_an_envelope_carries_w3c_trace_context_when_given_one() -> None:
     env = Envelope(**fields(trace_id=TRACE, span_id=SPAN, trace_flags=1))
     assert (env.trace_id, env.span_id, env.trace_flags) == (TRACE, SPAN, 1)
+
+
+def test_parsing_an_envelope_validates_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+    check = protocol._check_trace_context
+    monkeypatch.setattr(protocol, "_check_trace_context",
+                        lambda trace_id, span_id: checked.append(span_id) or check(trace_id,
+                                                                                    span_id))
+    env = Envelope.parse(fields(trace_id=TRACE, span_id=SPAN, trace_flags=1))
+    assert checked == [SPAN]  # (pydantic called the model's own __init__ too: twice)
+    assert Envelope(**env.model_dump()) == env
+    assert checked == [SPAN, SPAN]
+    with pytest.raises(ProtocolError) as caught:
+        Envelope.parse(fields(trace_id=TRACE, span_id="0" * 16))
+    assert caught.value.details["rule"] == "trace_context"
 
 
 def test_an_envelope_from_a_peer_that_sends_no_span_id_has_no_parent_span() -> None:
