@@ -41,7 +41,6 @@ from reach._runtime.tracer import (
     failed,
     handle_shared,
     remember,
-    sampled_out,
     start_handle,
 )
 from reach._runtime.transport import STREAM_END_SCHEMA
@@ -166,10 +165,11 @@ class AgentRunner:
         except ReachError as exc:
             self._refuse(env, sink.send, exc)
             return None
-        # A handler of a trace sampled out runs in no span (its sends carry the trace on).
-        run = self._run(spec, env, message, sink,
-                        None if TRACING.tracer is None or sampled_out(env) or dropped(env)
-                        else time_ns())
+        # A handler of a trace sampled out runs in no span (its sends carry the trace on):
+        # sampled_out() and dropped() inline, as every envelope asks.
+        traced = TRACING.tracer is not None and (
+            env.trace_flags & 1 if env.span_id is not None else not dropped(env))
+        run = self._run(spec, env, message, sink, time_ns() if traced else None)
         task = asyncio.get_running_loop().create_task(run)
         self._tasks[task] = env
         task.add_done_callback(self._forget)

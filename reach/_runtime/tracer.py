@@ -59,6 +59,7 @@ TRACER_NAME = "reach"
 
 _HEX = "0123456789abcdef"
 _ID_SPACE = 1 << 64
+_LOW_BITS = _ID_SPACE - 1
 # The names of a handler span's attributes, as plain names (read on every traced run).
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
 _SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
@@ -99,7 +100,7 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
 def keeps(trace_id: int, bound: int) -> bool:
     """Whether a new trace of ``trace_id`` is kept under a ratio's ``bound`` (the decision of
     OpenTelemetry's ``TraceIdRatioBased``: its ID's low 64 bits below the bound)."""
-    return trace_id & (_ID_SPACE - 1) < bound
+    return trace_id & _LOW_BITS < bound
 
 
 def trace_int(trace_id: str) -> int:
@@ -172,8 +173,9 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
     current = trace.get_current_span()
     seed, new = 0, False
     if type(current) is not StoreSpan:  # (one is recording: its trace is sampled)
-        ctx = current.get_span_context()
-        if ctx.is_valid:
+        # (no current span, the usual case outside handlers: its context is the invalid one)
+        ctx = None if current is INVALID_SPAN else current.get_span_context()
+        if ctx is not None and ctx.is_valid:
             if not ctx.trace_flags.sampled:
                 return current, env if dropped(env, ctx.trace_id) else traced(env, current)
         elif parent is not None and sampled_out(parent):  # its handler runs in no span
@@ -182,9 +184,11 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
             seed, new = trace_int(env.trace_id), True
             bound = TRACING.bound
-            if bound is not None and seed and env.span_id is None and not keeps(seed, bound):
+            if (bound is not None and seed and env.span_id is None
+                    and seed & _LOW_BITS >= bound):  # (keeps(), inline: every send asks)
                 return INVALID_SPAN, env
-    shared, name = _send_shared(env, capability)
+    shared, name = (_SENDS.get((env.sender, env.receiver, env.msg_type, capability))
+                    or _send_shared(env, capability))
     own: dict[str, AttrValue] = {} if env.session_id is None else {_SESSION_ID: env.session_id}
     if type(tracer) is not StoreTracer:
         span = start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
@@ -193,6 +197,8 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         span = tracer.root(name, "client", seed, env.trace_id if seed else None, own, shared)
     else:
         span = tracer.under(name, "client", current, seed, env.trace_id, own, shared)
+    if type(span) is StoreSpan:  # (traced(), inline: a new span is never the envelope's)
+        return span, env.with_trace_context(span.trace_hex, span.span_hex, span.flags)
     return span, traced(env, span)
 
 

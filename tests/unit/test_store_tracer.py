@@ -7,6 +7,7 @@ driver's next loop, from another thread), dropped past the bound, packed as one 
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import random
 from collections.abc import Awaitable, Callable, Iterator
@@ -34,9 +35,10 @@ from pydantic import BaseModel
 import reach
 from policies.tasks import SeverityPolicy
 from reach import clock
+from reach._runtime import store_tracer
 from reach._runtime.span_export import SeededIds, to_record
 from reach._runtime.span_sink import BATCH_DELAY_S, BATCH_SPANS, STORE_QUEUE, SpanSink
-from reach._runtime.store_tracer import StoreTracer, StoreTracerProvider
+from reach._runtime.store_tracer import StoreTracer, StoreTracerProvider, new_span_hex
 from reach._runtime.trace_setup import install
 from reach._runtime.tracer import SHARED_KEPT, TRACING, start, start_send, use
 from reach.errors import Severity
@@ -447,3 +449,26 @@ def test_install_traces_with_the_sdk_only_where_otlp_is_set() -> None:
         made.shutdown()
     finally:
         use(None)
+
+
+def test_span_ids_are_made_ahead_random_and_never_all_zeros(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store_tracer._SPAN_IDS.clear()
+    ids = [new_span_hex() for _ in range(3 * 256 + 1)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 16 and not i.strip("0123456789abcdef") for i in ids)
+    # One random number makes 256 IDs; the all-zero ones among them are skipped.
+    store_tracer._SPAN_IDS.clear()
+    monkeypatch.setattr(store_tracer.random, "getrandbits", lambda bits: (1 << 64) | 7)
+    assert [new_span_hex(), new_span_hex()] == ["0000000000000007", "0000000000000001"]
+    assert store_tracer._SPAN_IDS == []
+
+
+def test_a_forked_process_makes_span_ids_of_its_own() -> None:
+    store_tracer._SPAN_IDS.clear()
+    new_span_hex()  # the parent holds 255 IDs made ahead
+    pid = os.fork()
+    if pid == 0:  # the child: none of them
+        os._exit(0 if store_tracer._SPAN_IDS == [] else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert len(store_tracer._SPAN_IDS) == 255
