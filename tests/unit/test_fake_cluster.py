@@ -4,6 +4,7 @@ in milliseconds of wall time (the clock is virtual; see reach.testing)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 import reach
+from actors.host_agents import YOUNG_GC_THRESHOLD, raise_young_gc_threshold
 from policies.supervision import Intensity, RestartType, Strategy
 from policies.tasks import SeverityPolicy, TaskState
 from reach import clock
@@ -736,3 +738,27 @@ def test_a_hosts_info_says_how_much_cpu_its_process_has_used() -> None:
         assert 0 < before < after <= time.process_time()
 
     run(scenario)
+
+
+@pytest.fixture
+def gc_thresholds() -> Any:
+    saved = gc.get_threshold()
+    yield
+    gc.set_threshold(*saved)
+
+
+@pytest.mark.usefixtures("gc_thresholds")
+def test_a_host_collects_young_garbage_in_batches_of_ten_thousand() -> None:
+    gc.set_threshold(700, 10, 10)  # Python's default
+
+    async def scenario(fake: FakeCluster) -> None:
+        await fake.runtime().spawn(Echo, "e-1", placement=packed())
+
+    run(scenario)  # (the fake cluster's hosts live in this process)
+    assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, 10, 10)
+    gc.set_threshold(50_000, 5, 5)  # an application's own, higher: kept
+    raise_young_gc_threshold()
+    assert gc.get_threshold() == (50_000, 5, 5)
+    gc.set_threshold(0)  # collecting turned off: it stays off
+    raise_young_gc_threshold()
+    assert gc.get_threshold()[0] == 0
