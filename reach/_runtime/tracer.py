@@ -59,7 +59,6 @@ TRACER_NAME = "reach"
 
 _HEX = "0123456789abcdef"
 _ID_SPACE = 1 << 64
-_LOW_BITS = _ID_SPACE - 1
 # The names of a handler span's attributes, as plain names (read on every traced run).
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
 _SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
@@ -100,7 +99,7 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
 def keeps(trace_id: int, bound: int) -> bool:
     """Whether a new trace of ``trace_id`` is kept under a ratio's ``bound`` (the decision of
     OpenTelemetry's ``TraceIdRatioBased``: its ID's low 64 bits below the bound)."""
-    return trace_id & _LOW_BITS < bound
+    return trace_id & (_ID_SPACE - 1) < bound
 
 
 def trace_int(trace_id: str) -> int:
@@ -184,11 +183,10 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
             seed, new = trace_int(env.trace_id), True
             bound = TRACING.bound
-            if (bound is not None and seed and env.span_id is None
-                    and seed & _LOW_BITS >= bound):  # (keeps(), inline: every send asks)
+            if bound is not None and seed and env.span_id is None and not keeps(seed, bound):
                 return INVALID_SPAN, env
-    shared, name = (_SENDS.get((env.sender, env.receiver, env.msg_type, capability))
-                    or _send_shared(env, capability))
+    key = (env.sender, env.receiver, env.msg_type, capability)
+    shared, name = _SENDS.get(key) or _send_shared(key)
     own: dict[str, AttrValue] = {} if env.session_id is None else {_SESSION_ID: env.session_id}
     if type(tracer) is not StoreTracer:
         span = start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
@@ -209,18 +207,16 @@ _SENDS: dict[tuple[str, str, MsgType, str | None], tuple[dict[str, AttrValue], s
 SHARED_KEPT = 1024
 
 
-def _send_shared(env: Envelope, capability: str | None) -> tuple[dict[str, AttrValue], str]:
-    """The attributes a send span of ``env`` has in common with others, and its name."""
-    key = (env.sender, env.receiver, env.msg_type, capability)
-    made = _SENDS.get(key)
-    if made is None:
-        shared: dict[str, AttrValue] = {_SENDER: env.sender, _AGENT_ID: env.receiver,
-                                        _MSG_TYPE: env.msg_type.value}
-        if capability is not None:
-            shared[Attr.CAPABILITY] = shared[Attr.RECEIVER] = capability
-        made = remember(_SENDS, key, (shared, f"{SpanName.SEND} {capability or env.receiver}"),
-                        SHARED_KEPT)
-    return made
+def _send_shared(key: tuple[str, str, MsgType, str | None]) -> tuple[dict[str, AttrValue], str]:
+    """The attributes that the send spans of ``key`` (sender, receiver, type, capability) have
+    in common, and their name, made and kept in :data:`_SENDS`."""
+    sender, receiver, msg_type, capability = key
+    shared: dict[str, AttrValue] = {_SENDER: sender, _AGENT_ID: receiver,
+                                    _MSG_TYPE: msg_type.value}
+    if capability is not None:
+        shared[Attr.CAPABILITY] = shared[Attr.RECEIVER] = capability
+    return remember(_SENDS, key, (shared, f"{SpanName.SEND} {capability or receiver}"),
+                    SHARED_KEPT)
 
 
 def remember(sets: dict[_K, _V], key: _K, value: _V, most: int) -> _V:
