@@ -23,6 +23,7 @@ rule                      meaning
 from __future__ import annotations
 
 import os
+import re
 import reprlib
 import time
 from collections.abc import Mapping
@@ -41,7 +42,9 @@ ERROR_SCHEMA = "reach.error@1.0"
 #: all zeros.
 TRACE_ID_PATTERN = "^[0-9a-f]{32}$"
 SPAN_ID_PATTERN = "^[0-9a-f]{16}$"
-_HEX = "0123456789abcdef"
+# A W3C trace ID and span ID each, not all zeros (matched on every traced envelope parsed).
+_W3C_TRACE = re.compile(r"(?!0{32})[0-9a-f]{32}").fullmatch
+_W3C_SPAN = re.compile(r"(?!0{16})[0-9a-f]{16}").fullmatch
 _TRACE_CONTEXT = frozenset({"trace_id", "span_id", "trace_flags"})
 
 
@@ -170,8 +173,9 @@ class Envelope(BaseModel):
             )
         if kind is MsgType.ERROR and self.error_info is None:
             raise _rule("error_needs_info", "error envelope carries no error_info")
-        if self.span_id is not None:
-            _check_trace_context(self.trace_id, self.span_id)
+        span_id = self.span_id
+        if span_id is not None and not (_W3C_SPAN(span_id) and _W3C_TRACE(self.trace_id)):
+            _check_trace_context(self.trace_id, span_id)
         return self
 
     # -- builders ------------------------------------------------------------------------------
@@ -291,19 +295,14 @@ class Envelope(BaseModel):
 _new, _set = Envelope.__new__, object.__setattr__  # (for with_trace_context)
 
 
-def _is_w3c(value: str, digits: int) -> bool:
-    """``digits`` lowercase hex digits, not all zeros (what the patterns say, faster: every
-    traced envelope is checked)."""
-    return len(value) == digits and not value.strip(_HEX) and value.strip("0") != ""
-
-
 def _check_trace_context(trace_id: str, span_id: str) -> None:
-    if not _is_w3c(span_id, 16):
+    """Raises the ProtocolError that says which of an envelope's W3C IDs is not one."""
+    if not _W3C_SPAN(span_id):
         raise _rule("trace_context",
                     f"span_id must be 16 lowercase hex digits, not all zeros (a W3C parent "
                     f"ID), got {reprlib.repr(span_id)}",
                     "send the sending span's ID, or no span_id at all")
-    if not _is_w3c(trace_id, 32):
+    if not _W3C_TRACE(trace_id):
         raise _rule("trace_context",
                     f"an envelope with a span_id needs a W3C trace_id: 32 lowercase hex "
                     f"digits, not all zeros, got {reprlib.repr(trace_id)}",

@@ -74,13 +74,17 @@ class SpanSink:
         if shared is None:
             rows.append(pack_row(row))
         else:
-            with self._lock:
+            lock = self._lock
+            lock.acquire()  # (not ``with``: half the time, on every span)
+            try:
                 index = self._shared_index.get(id(shared))
                 if index is None:
                     index = self._shared_index[id(shared)] = len(self._shared)
                     self._shared.append(shared)
                 row.append(index)
                 rows.append(pack_row(row))
+            finally:
+                lock.release()
         full = len(rows) >= BATCH_SPANS
         if (self._due is None or (full and not self._soon)
                 or _running_loop() is not self.loop):

@@ -125,9 +125,8 @@ class StoreSpan(Span):
         parent_hex: Its parent's span ID, or None for a trace's root.
         flags: Its trace flags.
         attributes: Its attributes (kept as given: reach's own are scalars).
-
-    A span may also have attributes it shares with many others (``_shared``: one object for all
-    of them, never changed, sent once per batch); its own win over them.
+        shared: Attributes it shares with many others (one object for all of them, never
+            changed, sent once per batch); its own win over them.
     """
 
     # What most spans keep as it is, kept by the class until a span changes it.
@@ -142,15 +141,21 @@ class StoreSpan(Span):
     _set_status_on_exception = True
 
     def __init__(self, sink: SpanSink | None, name: str, kind: str, trace_hex: str,  # noqa: PLR0917 - a span's fields
-                 parent_hex: str | None, flags: int, attributes: dict[str, AttrValue]) -> None:
+                 parent_hex: str | None, flags: int, attributes: dict[str, AttrValue],
+                 shared: Mapping[str, AttrValue] | None = None) -> None:
         self._sink = sink
         self._name = name
         self._kind = kind
         self.trace_hex = trace_hex
-        self.span_hex = new_span_hex()
+        try:  # (new_span_hex(), inline: every span takes one)
+            self.span_hex = _SPAN_IDS.pop()
+        except IndexError:
+            self.span_hex = new_span_hex()
         self._parent = parent_hex
         self.flags = flags
         self._attributes = attributes
+        if shared is not None:
+            self._shared = shared
         self._start_ns = time_ns()
 
     def get_span_context(self) -> SpanContext:
@@ -305,11 +310,9 @@ class StoreTracer(Tracer):
         if not flags & _SAMPLED:
             return NonRecordingSpan(SpanContext(int(trace_hex, 16), random.getrandbits(64) or 1,
                                                 False, _FLAGS[flags], state))
-        span = StoreSpan(self._sink, name, kind, trace_hex, parent_hex, flags, attributes)
+        span = StoreSpan(self._sink, name, kind, trace_hex, parent_hex, flags, attributes, shared)
         if state is not None:
             span._state = state
-        if shared is not None:
-            span._shared = shared
         return span
 
     def root(self, name: str, kind: str, seed: int, trace_hex: str | None,  # noqa: PLR0917 - a span's fields
@@ -321,11 +324,8 @@ class StoreTracer(Tracer):
         if trace_id & (_ID_SPACE - 1) >= self._bound:
             return NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False,
                                                 _FLAGS[_RANDOM]))
-        span = StoreSpan(self._sink, name, kind, trace_hex or f"{trace_id:032x}", None,
-                         _SAMPLED | _RANDOM, attributes)
-        if shared is not None:
-            span._shared = shared
-        return span
+        return StoreSpan(self._sink, name, kind, trace_hex or f"{trace_id:032x}", None,
+                         _SAMPLED | _RANDOM, attributes, shared)
 
     @_agnosticcontextmanager
     def start_as_current_span(self, name: str, context: Context | None = None,  # noqa: PLR0917 - the API's

@@ -48,6 +48,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from reach._runtime.current_span import current_span
 from reach._runtime.store_tracer import SEED, StoreSpan, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
@@ -169,7 +170,7 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
             envelope's receiver).
         parent: The envelope whose handler sends it, if any.
     """
-    current = trace.get_current_span()
+    current = current_span()
     seed, new = 0, False
     if type(current) is not StoreSpan:  # (one is recording: its trace is sampled)
         # (no current span, the usual case outside handlers: its context is the invalid one)
