@@ -28,6 +28,7 @@ span in its envelope, never of whatever context the process happens to have.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
@@ -58,8 +59,10 @@ from reach.spans import Attr, AttrValue, SpanName
 #: The name of reach's tracer (its instrumentation scope).
 TRACER_NAME = "reach"
 
-_HEX = "0123456789abcdef"
+#: 32 lowercase hex digits (a W3C trace ID's, or all zeros).
+_W3C_DIGITS = re.compile("[0-9a-f]{32}").fullmatch
 _ID_SPACE = 1 << 64
+_LOW_BITS = _ID_SPACE - 1
 # The names of a handler span's attributes, as plain names (read on every traced run).
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
 _SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
@@ -100,12 +103,12 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
 def keeps(trace_id: int, bound: int) -> bool:
     """Whether a new trace of ``trace_id`` is kept under a ratio's ``bound`` (the decision of
     OpenTelemetry's ``TraceIdRatioBased``: its ID's low 64 bits below the bound)."""
-    return trace_id & (_ID_SPACE - 1) < bound
+    return trace_id & _LOW_BITS < bound
 
 
 def trace_int(trace_id: str) -> int:
     """A W3C trace ID's value (0 for one that is not 32 lowercase hex digits)."""
-    return int(trace_id, 16) if len(trace_id) == 32 and not trace_id.strip(_HEX) else 0
+    return int(trace_id, 16) if _W3C_DIGITS(trace_id) else 0
 
 
 def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
@@ -184,7 +187,8 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
             seed, new = trace_int(env.trace_id), True
             bound = TRACING.bound
-            if bound is not None and seed and env.span_id is None and not keeps(seed, bound):
+            if (bound is not None and seed and env.span_id is None
+                    and seed & _LOW_BITS >= bound):  # (not keeps(), inline)
                 return INVALID_SPAN, env
     key = (env.sender, env.receiver, env.msg_type, capability)
     shared, name = _SENDS.get(key) or _send_shared(key)
@@ -235,10 +239,10 @@ def dropped(env: Envelope, trace_id: int | None = None) -> bool:
     reach process decides the same from the trace ID alone (reach's sampler keeps a trace by
     its ID, see :func:`keeps`)."""
     bound = TRACING.bound
-    if bound is None or env.span_id is not None:
+    if bound is None or env.span_id is not None or not _W3C_DIGITS(env.trace_id):
         return False
-    seed = trace_int(env.trace_id)
-    return bool(seed) and (trace_id is None or seed == trace_id) and not keeps(seed, bound)
+    seed = int(env.trace_id, 16)  # (trace_int and keeps, inline: every envelope asks)
+    return seed != 0 and (trace_id is None or seed == trace_id) and seed & _LOW_BITS >= bound
 
 
 def sampled_out(env: Envelope) -> bool:

@@ -19,7 +19,7 @@ import reach
 import reach._runtime
 from reach._runtime.span_export import SeededIds, StoreExporter, to_record
 from reach._runtime.trace_setup import check_installed, install, setup
-from reach._runtime.tracer import TRACING, dropped, keeps, start, start_send, use
+from reach._runtime.tracer import TRACING, dropped, keeps, start, start_send, trace_int, use
 from reach.errors import ConfigError
 from reach.spans import SpanKind as RecordKind
 from reach.spans import SpanStatus
@@ -150,6 +150,22 @@ def test_a_trace_sampled_out_at_its_root_starts_no_span_and_travels_without_cont
         use(None)
     assert exporter.get_finished_spans() == ()
     assert sent is env  # no copy, no span ID, no flags on the wire
+
+
+@pytest.mark.parametrize(("trace_id", "at_zero"), [
+    (TRACE, True), (TRACE.upper(), False), (TRACE[:31], False), ("0" * 32, False),
+    (f"0x{TRACE[2:]}", False), (f"{TRACE[:30]}_1", False), ("any-trace-of-an-old-peer", False)])
+def test_only_a_w3c_trace_id_is_ever_dropped_by_reach_s_sampler(trace_id: str,
+                                                                at_zero: bool) -> None:
+    env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
+                                 trace_id=trace_id)
+    for ratio, expected in ((0.0, at_zero), (1.0, False)):
+        use(TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio))), ratio)
+        try:
+            assert dropped(env) is expected
+            assert trace_int(trace_id) == (int(trace_id, 16) if at_zero else 0)
+        finally:
+            use(None)
 
 
 def test_a_trace_a_caller_sampled_out_carries_its_decision_where_the_ratio_would_keep_it(
