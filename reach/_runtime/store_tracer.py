@@ -260,13 +260,16 @@ class StoreSpan(Span):
 class StoreTracer(Tracer):
     """Starts :class:`StoreSpan` spans: sampled by a parent-based trace ID ratio.
 
+    Attributes:
+        sink: Where its spans go as they end (None: nowhere).
+
     Args:
         sink: Where its spans go as they end (None: nowhere).
         ratio: The share of new traces kept.
     """
 
     def __init__(self, sink: SpanSink | None, ratio: float) -> None:
-        self._sink = sink
+        self.sink = sink
         self._bound = round(ratio * _ID_SPACE)
 
     def start_span(self, name: str, context: Context | None = None,  # noqa: PLR0917 - the API's
@@ -310,7 +313,7 @@ class StoreTracer(Tracer):
         if not flags & _SAMPLED:
             return NonRecordingSpan(SpanContext(int(trace_hex, 16), random.getrandbits(64) or 1,
                                                 False, _FLAGS[flags], state))
-        span = StoreSpan(self._sink, name, kind, trace_hex, parent_hex, flags, attributes, shared)
+        span = StoreSpan(self.sink, name, kind, trace_hex, parent_hex, flags, attributes, shared)
         if state is not None:
             span._state = state
         return span
@@ -324,7 +327,7 @@ class StoreTracer(Tracer):
         if trace_id & (_ID_SPACE - 1) >= self._bound:
             return NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False,
                                                 _FLAGS[_RANDOM]))
-        return StoreSpan(self._sink, name, kind, trace_hex or f"{trace_id:032x}", None,
+        return StoreSpan(self.sink, name, kind, trace_hex or f"{trace_id:032x}", None,
                          _SAMPLED | _RANDOM, attributes, shared)
 
     @_agnosticcontextmanager

@@ -63,6 +63,8 @@ TRACER_NAME = "reach"
 _W3C_DIGITS = re.compile("[0-9a-f]{32}").fullmatch
 _ID_SPACE = 1 << 64
 _LOW_BITS = _ID_SPACE - 1
+#: The W3C trace flags a span passes on to its children (sampled, random trace ID).
+_KEPT_FLAGS = TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID
 # The names of a handler span's attributes, as plain names (read on every traced run).
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
 _SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
@@ -283,18 +285,18 @@ def start_handle(tracer: Tracer, env: Envelope, shared: Mapping[str, AttrValue],
         shared: Its attributes in common with other runs (:func:`handle_shared`'s).
         queued_ms: How long ``env`` waited in its host's inbox, when known.
     """
-    if env.span_id is not None and not env.trace_flags & 1:  # sampled out
+    span_id, flags = env.span_id, env.trace_flags
+    if span_id is not None and not flags & 1:  # sampled out
         return NonRecordingSpan(_remote(env))
-    own: dict[str, AttrValue] = {_SENDER: env.sender}
+    own: dict[str, AttrValue] = {_SENDER: env.sender} if queued_ms is None else {
+        _SENDER: env.sender, _QUEUED_MS: queued_ms}
     if env.session_id is not None:
         own[_SESSION_ID] = env.session_id
-    if queued_ms is not None:
-        own[_QUEUED_MS] = queued_ms
     name = f"{_HANDLE} {env.payload_schema}"
     if type(tracer) is StoreTracer:  # the envelope's IDs, as they are
-        if env.span_id is not None:
-            return tracer.child(name, "server", env.trace_id, env.span_id, env.trace_flags,
-                                own, shared=shared)
+        if span_id is not None:  # (tracer.child(), inline: its parent is sampled)
+            return StoreSpan(tracer.sink, name, "server", env.trace_id, span_id,
+                             flags & _KEPT_FLAGS, own, shared)
         seed = trace_int(env.trace_id)
         return tracer.root(name, "server", seed, env.trace_id if seed else None, own, shared)
     return start(tracer, name, SpanKind.SERVER, context=envelope_context(env),
