@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -121,14 +122,16 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
     await drive(send, min(total, 500), inflight)  # warm-up
     sent0, batches0 = rt.transport.envelopes_sent, rt.transport.batches_sent
     hosts = sorted({record.host for record in records})
-    cpu0 = time.process_time(), await _hosts_cpu(rt, hosts)
+    cpu0 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
     result = await drive(send, total, inflight, prefix)
-    cpu1 = time.process_time(), await _hosts_cpu(rt, hosts)
+    cpu1 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
     batches = rt.transport.batches_sent - batches0
     result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
     # CPU per message: a steadier measure of the work done than msg/s (see docs/tracing.md)
     result["driver_cpu_us"] = round((cpu1[0] - cpu0[0]) / total * 1e6, 1)
     result["hosts_cpu_us"] = round((cpu1[1] - cpu0[1]) / total * 1e6, 1)
+    if cpu0[2] is not None and cpu1[2] is not None:  # every process: the store's, Ray's too
+        result["machine_cpu_us"] = round((cpu1[2] - cpu0[2]) / total * 1e6, 1)
     for agent_id in ids:
         await rt.stop(agent_id)
     if isinstance(placement, reach.Packed):  # pool hosts outlive their agents: end them too
@@ -136,6 +139,19 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
             with contextlib.suppress(reach.ReachError):  # gone already
                 rt.cluster.kill(rt.cluster.host(host))
     return result
+
+
+def machine_cpu_s() -> float | None:
+    """The CPU seconds every process of this machine has used since it started (the busy
+    time of ``/proc/stat``: user, nice, system, irq and softirq), or None where there is no
+    such file."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(field) for field in stat.readline().split()[1:8]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = ticks
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 async def _hosts_cpu(rt: reach.Runtime, hosts: list[str]) -> float:
@@ -207,16 +223,22 @@ async def best_rounds(contestants: Sequence[str], address: str, args: argparse.N
                       module: str = "reach.bench.seed_scenario") -> dict[str, Any]:
     """Runs ``args.rounds`` rounds of every contestant (each a driver of its own, see
     :func:`run_contestant`), in alternating order, each once the machine is quiet; the best
-    round of each (by msg/s), in the order of ``contestants``."""
+    round of each (by msg/s), in the order of ``contestants``, with the msg/s of all its
+    rounds (``rounds_msgs_per_s``) and their median (``median_msgs_per_s``)."""
     best: dict[str, Any] = {}
+    rates: dict[str, list[float]] = {name: [] for name in contestants}
     for round_ in range(args.rounds):
         order = contestants if round_ % 2 == 0 else contestants[::-1]  # no fixed first
         for name in order:
             await settle()
             result = run_contestant(name, address, args, round_, module=module)
             show(f"{name} #{round_ + 1}", result)
+            rates[name].append(result["msgs_per_s"])
             if name not in best or result["msgs_per_s"] > best[name]["msgs_per_s"]:
                 best[name] = result
+    for name in contestants:  # every round's rate too, in the order run
+        best[name]["rounds_msgs_per_s"] = rates[name]
+        best[name]["median_msgs_per_s"] = round(statistics.median(rates[name]), 1)
     return {name: best[name] for name in contestants}
 
 

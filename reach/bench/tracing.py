@@ -7,9 +7,11 @@ whose ``reach.init(tracing=...)`` says how every process of the round traces: ``
 (``tracing=False``: the API's no-op), ``sampled_1pct`` and ``sampled_100pct`` (the SDK, a
 parent-based ratio sampler, and the spans batched to the cluster's trace store; no OTLP
 collector). They take turns, ``--rounds`` times each in alternating order, each reporting its
-best round. Prints msg/s, latency and CPU per message (the driver's process and the hosts'
-together, over the measured messages) for each, and the throughput and CPU each sampling costs
-against ``off``; writes ``tracing.json`` into the results folder (:mod:`reach.bench.results`). Run:
+best round and the median of its rounds. Prints msg/s, latency and CPU per message (the
+driver's process and the hosts' together, and, where ``/proc/stat`` exists, every process of
+the machine's, the trace store's and Ray's own included, over the measured messages) for each,
+and the throughput (of the best rounds and of the medians) and CPU each sampling costs against
+``off``; writes ``tracing.json`` into the results folder (:mod:`reach.bench.results`). Run:
 ``python -m reach.bench.tracing [--messages N] [--inflight K] [--address ADDR] [--quick]
 [--out DIR]``.
 """
@@ -50,16 +52,25 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{AGENTS} packed agents, {args.inflight} requests in flight, {args.messages} "
           "messages each")
     best = await best_rounds(CONTESTANTS, address, args, module="reach.bench.tracing")
-    off = best["off"]["msgs_per_s"]
+    off, off_median = best["off"]["msgs_per_s"], best["off"]["median_msgs_per_s"]
     for name in CONTESTANTS:
         best[name]["cost_vs_off"] = round(1 - best[name]["msgs_per_s"] / off, 3)
+        best[name]["median_cost_vs_off"] = round(
+            1 - best[name]["median_msgs_per_s"] / off_median, 3)
         show(name, best[name])
-    print("cost of tracing vs off: " + ", ".join(
-        f"{name} {best[name]['cost_vs_off']:.1%}" for name in CONTESTANTS[1:]))
+    print("cost of tracing vs off, best rounds: " + ", ".join(
+        f"{name} {best[name]['cost_vs_off']:.1%}" for name in CONTESTANTS[1:])
+        + "; median rounds: " + ", ".join(
+        f"{name} {best[name]['median_cost_vs_off']:.1%}" for name in CONTESTANTS[1:]))
     cpu = {name: best[name]["driver_cpu_us"] + best[name]["hosts_cpu_us"] for name in CONTESTANTS}
     print("CPU per message vs off (driver and hosts): " + ", ".join(
         f"{name} {cpu[name] - cpu['off']:+.1f} us ({cpu[name] / cpu['off'] - 1:+.1%})"
         for name in CONTESTANTS[1:]))
+    if all("machine_cpu_us" in best[name] for name in CONTESTANTS):
+        machine = {name: best[name]["machine_cpu_us"] for name in CONTESTANTS}
+        print("CPU per message vs off (every process of the machine): " + ", ".join(
+            f"{name} {machine[name] - machine['off']:+.1f} us "
+            f"({machine[name] / machine['off'] - 1:+.1%})" for name in CONTESTANTS[1:]))
     await rt.close()
     return best
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import reach.tools
-from reach.bench import BENCHMARKS, run_benchmark
+from reach.bench import BENCHMARKS, run_benchmark, seed_scenario
 from reach.bench.progress import Meter
 from reach.bench.results import folder, write
 from reach.errors import ConfigError
@@ -263,3 +263,23 @@ async def test_a_watched_meter_reports_a_stall_instead_of_falling_silent() -> No
     async with meter.watching():
         await asyncio.wait_for(said.wait(), timeout=10)
     assert lines[0] == "  stuck: 0 done, 0 tasks/s now, 0 tasks/s overall"
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's CPU is read there")
+def test_the_machine_s_cpu_time_grows_with_work_done_in_any_process() -> None:
+    before = seed_scenario.machine_cpu_s()
+    subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + 0.3"
+                    "\nwhile time.process_time() < end: pass"], check=True)
+    after = seed_scenario.machine_cpu_s()
+    assert before is not None
+    assert after is not None
+    assert after - before >= 0.25  # the child's 0.3 s, whichever core ran it
+
+
+def test_without_proc_stat_the_machine_s_cpu_time_is_not_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(*_args: object, **_kwargs: object) -> None:
+        raise FileNotFoundError("/proc/stat")
+
+    monkeypatch.setattr("builtins.open", missing)
+    assert seed_scenario.machine_cpu_s() is None
