@@ -110,7 +110,7 @@ class Client:
         courier = self.courier
         env = courier.build_request(agent_id, payload, schema, timeout_ms=timeout_ms,
                                     msg_id=msg_id)
-        return read_reply(await courier.call(env, capability), returns)
+        return read_reply(await courier.call(env, capability, fresh=True), returns)
 
     # -- by capability -------------------------------------------------------------------------
 
@@ -212,7 +212,7 @@ class Client:
             AgentUnavailable: it is offline, or its host is gone.
         """
         courier = self.courier
-        await courier.post(courier.build_notification(agent_id, payload, schema))
+        await courier.post(courier.build_notification(agent_id, payload, schema), fresh=True)
 
     async def stream(self, agent_id: str, payload: Payload, schema: str | None = None, *,
                      returns: type[BaseModel] | None = None, timeout_ms: int | None = None,
@@ -226,7 +226,7 @@ class Client:
         """
         courier = self.courier
         env = courier.build_request(agent_id, payload, schema, timeout_ms=timeout_ms)
-        async with contextlib.aclosing(courier.stream(env)) as chunks:
+        async with contextlib.aclosing(courier.stream(env, fresh=True)) as chunks:
             async for chunk in chunks:
                 yield read_reply(chunk, returns)
 

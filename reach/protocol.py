@@ -276,6 +276,16 @@ class Envelope(BaseModel):
         _set(made, "__pydantic_private__", None)
         return made
 
+    def take_trace_context(self, trace_id: str, span_id: str, trace_flags: int) -> None:
+        """Gives this envelope another W3C trace context in place: only for an envelope that
+        nothing else holds yet (one a send just built, about to leave), where a copy
+        (:meth:`with_trace_context`) would be made and this one thrown away. Not validated
+        again, as there."""
+        fields = self.__dict__
+        fields["trace_id"], fields["span_id"], fields["trace_flags"] = (trace_id, span_id,
+                                                                        trace_flags)
+        self.__pydantic_fields_set__.update(_TRACE_CONTEXT)
+
     def to_error(self) -> ReachError:
         """Returns the typed error an error envelope describes.
 

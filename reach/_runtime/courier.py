@@ -112,9 +112,12 @@ class Courier:
 
     # -- carrying ------------------------------------------------------------------------------
 
-    async def call(self, env: Envelope, capability: str | None = None) -> Envelope:
+    async def call(self, env: Envelope, capability: str | None = None, *,
+                   fresh: bool = False) -> Envelope:
         """Sends a built request (resending it while its agent moves); returns its reply
-        envelope. ``capability``: the capability its receiver was chosen for (its span's).
+        envelope. ``capability``: the capability its receiver was chosen for (its span's);
+        ``fresh``: ``env`` was just built for this call and nothing else holds it (a traced
+        send then gives it its span's context in place, rather than a copy).
 
         Raises:
             AgentUnavailable: its agent's host is dead or unreachable, or it moved and was not
@@ -129,7 +132,7 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:
-            span, env = start_send(tracer, env, capability, self.parent)
+            span, env = start_send(tracer, env, capability, self.parent, fresh)
         try:
             reply = await self._call_once(env, span)
             outcome = "ok"
@@ -199,9 +202,9 @@ class Courier:
         finally:
             link.inflight[env.receiver] -= 1
 
-    async def post(self, env: Envelope) -> None:
+    async def post(self, env: Envelope, *, fresh: bool = False) -> None:
         """Hands over a built notification. One that cannot be handed over, now or after it
-        left, is kept as a dead letter with its reason.
+        left, is kept as a dead letter with its reason. ``fresh``: as :meth:`call`'s.
 
         Raises:
             AgentNotFound: no agent has its receiver's ID.
@@ -211,7 +214,7 @@ class Courier:
         if tracer is None:
             await self._post(env)
             return
-        span, env = start_send(tracer, env, parent=self.parent)
+        span, env = start_send(tracer, env, None, self.parent, fresh)
         try:
             await self._post(env)
         except ReachError as exc:
@@ -237,9 +240,10 @@ class Courier:
                 directory.dead_letter([env], exc)
                 raise
 
-    async def stream(self, env: Envelope) -> AsyncGenerator[Envelope, None]:
+    async def stream(self, env: Envelope, *, fresh: bool = False,
+                     ) -> AsyncGenerator[Envelope, None]:
         """Sends a built request for a streamed reply; yields its chunks as they arrive, until
-        the stream's end.
+        the stream's end. ``fresh``: as :meth:`call`'s.
 
         Raises:
             AgentUnavailable: the agent moved or died mid-stream (retry the stream).
@@ -250,7 +254,7 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:  # not made current: the stream's consumer runs between chunks
-            span, env = start_send(tracer, env, parent=self.parent)
+            span, env = start_send(tracer, env, None, self.parent, fresh)
         try:
             async with contextlib.aclosing(self._chunks(env)) as chunks:
                 async for chunk in chunks:

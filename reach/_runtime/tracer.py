@@ -160,7 +160,7 @@ def traced(env: Envelope, span: Span) -> Envelope:
 
 
 def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
-               parent: Envelope | None = None) -> tuple[Span, Envelope]:
+               parent: Envelope | None = None, fresh: bool = False) -> tuple[Span, Envelope]:
     """The client span of a send (a child of the current span), and the envelope carrying it.
 
     Under a trace sampled out no span is started: the envelope goes as it is when reach's
@@ -174,6 +174,8 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         capability: For a send by capability, the capability (the agent chosen is the
             envelope's receiver).
         parent: The envelope whose handler sends it, if any.
+        fresh: ``env`` was just built for this send and nothing else holds it: it takes the
+            span's context in place (no copy).
     """
     current = current_span()
     seed, new = 0, False
@@ -203,6 +205,9 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
     else:
         span = tracer.under(name, "client", current, seed, env.trace_id, own, shared)
     if type(span) is StoreSpan:  # (traced(), inline: a new span is never the envelope's)
+        if fresh:
+            env.take_trace_context(span.trace_hex, span.span_hex, span.flags)
+            return span, env
         return span, env.with_trace_context(span.trace_hex, span.span_hex, span.flags)
     return span, traced(env, span)
 

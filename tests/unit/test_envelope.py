@@ -376,6 +376,17 @@ def test_an_envelope_with_another_trace_context_is_the_envelope_validation_gives
     assert (env.span_id, env.trace_flags) == (None, 0)  # the original is untouched
 
 
+def test_an_envelope_nothing_else_holds_takes_a_trace_context_in_place_as_a_copy_would(
+) -> None:
+    env = Envelope.request("a", "b", {"x": 1}, SCHEMA)
+    copy = env.with_trace_context(TRACE, SPAN, 1)
+    env.take_trace_context(TRACE, SPAN, 1)
+    assert (env.trace_id, env.span_id, env.trace_flags) == (TRACE, SPAN, 1)
+    assert env == copy
+    assert env.model_dump(exclude_unset=True) == copy.model_dump(exclude_unset=True)
+    assert Envelope.parse(env.model_dump()) == env
+
+
 def test_a_reply_does_not_claim_the_request_s_span_as_its_parent() -> None:
     request = Envelope.request("a", "b", {"x": 1}, SCHEMA, trace_id=TRACE, span_id=SPAN,
                                trace_flags=1)

@@ -213,6 +213,23 @@ def test_a_trace_s_first_span_takes_reach_s_trace_id_and_its_children_the_same()
     assert f"{other.get_span_context().trace_id:032x}" != TRACE
 
 
+def test_a_send_of_an_envelope_just_built_carries_its_span_in_it_and_others_in_a_copy() -> None:
+    tracer = StoreTracerProvider(1.0, None).get_tracer("t")
+    built = reach.Envelope.request("stt-a", "stt-b", {"text": "x"}, "stt.ask@1.0",
+                                   trace_id=TRACE)
+    shared = reach.Envelope.request("stt-a", "stt-b", {"text": "x"}, "stt.ask@1.0",
+                                    trace_id=TRACE)
+    span, sent = start_send(tracer, built, fresh=True)
+    other, copy = start_send(tracer, shared)
+    assert sent is built
+    assert copy is not shared
+    assert (shared.span_id, shared.trace_flags) == (None, 0)  # the one held elsewhere: as it was
+    for made, by in ((sent, span), (copy, other)):
+        ctx = by.get_span_context()
+        assert (made.trace_id, made.span_id, made.trace_flags) == (
+            TRACE, f"{ctx.span_id:016x}", int(ctx.trace_flags))
+
+
 @pytest.mark.parametrize("ratio", [0.0, 0.01, 0.5, 1.0])
 def test_its_sampling_decisions_and_trace_flags_are_the_sdk_s(ratio: float) -> None:
     sdk = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)),
