@@ -42,9 +42,10 @@ ERROR_SCHEMA = "reach.error@1.0"
 #: all zeros.
 TRACE_ID_PATTERN = "^[0-9a-f]{32}$"
 SPAN_ID_PATTERN = "^[0-9a-f]{16}$"
-# A W3C trace ID and span ID each, not all zeros (matched on every traced envelope parsed).
-_W3C_TRACE = re.compile(r"(?!0{32})[0-9a-f]{32}").fullmatch
-_W3C_SPAN = re.compile(r"(?!0{16})[0-9a-f]{16}").fullmatch
+#: Match a W3C trace ID and a W3C span ID: 32 and 16 lowercase hex digits, not all zeros
+#: (checked on every traced envelope parsed, and on every trace ID a sampler decides on).
+match_trace_id = re.compile(r"(?!0{32})[0-9a-f]{32}").fullmatch
+match_span_id = re.compile(r"(?!0{16})[0-9a-f]{16}").fullmatch
 _TRACE_CONTEXT = frozenset({"trace_id", "span_id", "trace_flags"})
 
 
@@ -174,7 +175,7 @@ class Envelope(BaseModel):
         if kind is MsgType.ERROR and self.error_info is None:
             raise _rule("error_needs_info", "error envelope carries no error_info")
         span_id = self.span_id
-        if span_id is not None and not (_W3C_SPAN(span_id) and _W3C_TRACE(self.trace_id)):
+        if span_id is not None and not (match_span_id(span_id) and match_trace_id(self.trace_id)):
             _check_trace_context(self.trace_id, span_id)
         return self
 
@@ -307,12 +308,12 @@ _new, _set = Envelope.__new__, object.__setattr__  # (for with_trace_context)
 
 def _check_trace_context(trace_id: str, span_id: str) -> None:
     """Raises the ProtocolError that says which of an envelope's W3C IDs is not one."""
-    if not _W3C_SPAN(span_id):
+    if not match_span_id(span_id):
         raise _rule("trace_context",
                     f"span_id must be 16 lowercase hex digits, not all zeros (a W3C parent "
                     f"ID), got {reprlib.repr(span_id)}",
                     "send the sending span's ID, or no span_id at all")
-    if not _W3C_TRACE(trace_id):
+    if not match_trace_id(trace_id):
         raise _rule("trace_context",
                     f"an envelope with a span_id needs a W3C trace_id: 32 lowercase hex "
                     f"digits, not all zeros, got {reprlib.repr(trace_id)}",
@@ -343,4 +344,4 @@ def _protocol_error(exc: ValidationError) -> ProtocolError:
 
 
 __all__ = ["ERROR_SCHEMA", "SPAN_ID_PATTERN", "TRACE_ID_PATTERN", "Envelope", "MsgType", "Payload",
-           "new_id"]
+           "match_span_id", "match_trace_id", "new_id"]

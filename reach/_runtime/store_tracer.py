@@ -60,6 +60,8 @@ KINDS = {SpanKind.INTERNAL: "internal", SpanKind.SERVER: "server", SpanKind.CLIE
 _ID_SPACE = 1 << 64
 _SAMPLED, _RANDOM = TraceFlags.SAMPLED, TraceFlags.RANDOM_TRACE_ID
 _FLAGS = tuple(TraceFlags(flags) for flags in range(4))
+#: The W3C trace flags a span passes on to its children (sampled, random trace ID).
+KEPT_FLAGS = _SAMPLED | _RANDOM
 _STATUSES = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
 _UNSET = Status(StatusCode.UNSET)
 
@@ -309,7 +311,7 @@ class StoreTracer(Tracer):
         """A span under a parent of ``trace_hex`` and ``parent_hex`` (both W3C) with W3C trace
         ``flags`` (and a trace ``state`` to carry on, attributes ``shared`` with other spans):
         kept when its parent was."""
-        flags &= _SAMPLED | _RANDOM
+        flags &= KEPT_FLAGS
         if not flags & _SAMPLED:
             return NonRecordingSpan(SpanContext(int(trace_hex, 16), random.getrandbits(64) or 1,
                                                 False, _FLAGS[flags], state))
@@ -328,7 +330,7 @@ class StoreTracer(Tracer):
             return NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False,
                                                 _FLAGS[_RANDOM]))
         return StoreSpan(self.sink, name, kind, trace_hex or f"{trace_id:032x}", None,
-                         _SAMPLED | _RANDOM, attributes, shared)
+                         KEPT_FLAGS, attributes, shared)
 
     @_agnosticcontextmanager
     def start_as_current_span(self, name: str, context: Context | None = None,  # noqa: PLR0917 - the API's
@@ -376,4 +378,5 @@ class StoreTracerProvider(TracerProvider):
         self.force_flush()
 
 
-__all__ = ["KINDS", "SEED", "StoreSpan", "StoreTracer", "StoreTracerProvider", "new_span_hex"]
+__all__ = ["KEPT_FLAGS", "KINDS", "SEED", "StoreSpan", "StoreTracer", "StoreTracerProvider",
+           "new_span_hex"]

@@ -28,7 +28,6 @@ span in its envelope, never of whatever context the process happens to have.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
@@ -50,21 +49,17 @@ from opentelemetry.trace import (
 )
 
 from reach._runtime.current_span import current_span
-from reach._runtime.store_tracer import SEED, StoreSpan, StoreTracer
+from reach._runtime.store_tracer import KEPT_FLAGS, SEED, StoreSpan, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
-from reach.protocol import Envelope, MsgType
+from reach.protocol import Envelope, MsgType, match_trace_id
 from reach.spans import Attr, AttrValue, SpanName
 
 #: The name of reach's tracer (its instrumentation scope).
 TRACER_NAME = "reach"
 
-#: 32 lowercase hex digits (a W3C trace ID's, or all zeros).
-_W3C_DIGITS = re.compile("[0-9a-f]{32}").fullmatch
 _ID_SPACE = 1 << 64
 _LOW_BITS = _ID_SPACE - 1
-#: The W3C trace flags a span passes on to its children (sampled, random trace ID).
-_KEPT_FLAGS = TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID
 # The names of a handler span's attributes, as plain names (read on every traced run).
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
 _SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
@@ -110,7 +105,7 @@ def keeps(trace_id: int, bound: int) -> bool:
 
 def trace_int(trace_id: str) -> int:
     """A W3C trace ID's value (0 for one that is not 32 lowercase hex digits)."""
-    return int(trace_id, 16) if _W3C_DIGITS(trace_id) else 0
+    return int(trace_id, 16) if match_trace_id(trace_id) else 0
 
 
 def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
@@ -246,10 +241,10 @@ def dropped(env: Envelope, trace_id: int | None = None) -> bool:
     reach process decides the same from the trace ID alone (reach's sampler keeps a trace by
     its ID, see :func:`keeps`)."""
     bound = TRACING.bound
-    if bound is None or env.span_id is not None or not _W3C_DIGITS(env.trace_id):
+    if bound is None or env.span_id is not None or not match_trace_id(env.trace_id):
         return False
     seed = int(env.trace_id, 16)  # (trace_int and keeps, inline: every envelope asks)
-    return seed != 0 and (trace_id is None or seed == trace_id) and seed & _LOW_BITS >= bound
+    return (trace_id is None or seed == trace_id) and seed & _LOW_BITS >= bound
 
 
 def sampled_out(env: Envelope) -> bool:
@@ -301,7 +296,7 @@ def start_handle(tracer: Tracer, env: Envelope, shared: Mapping[str, AttrValue],
     if type(tracer) is StoreTracer:  # the envelope's IDs, as they are
         if span_id is not None:  # (tracer.child(), inline: its parent is sampled)
             return StoreSpan(tracer.sink, name, "server", env.trace_id, span_id,
-                             flags & _KEPT_FLAGS, own, shared)
+                             flags & KEPT_FLAGS, own, shared)
         seed = trace_int(env.trace_id)
         return tracer.root(name, "server", seed, env.trace_id if seed else None, own, shared)
     return start(tracer, name, SpanKind.SERVER, context=envelope_context(env),
