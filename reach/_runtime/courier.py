@@ -142,8 +142,9 @@ class Courier:
                 failed(span, exc)
             raise
         finally:
+            metrics.count("reach_requests", 1, outcome)
             metrics.observe("reach_request_latency_seconds", clock.monotonic() - started,
-                            outcome=outcome)
+                            outcome)
             if span is not None:
                 span.end()
 

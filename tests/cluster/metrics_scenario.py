@@ -126,7 +126,7 @@ def main() -> int:
                     log_to_driver=False)
     asyncio.run(traffic(rt))
     metrics.flush()  # this driver's counters (hosts flush their own each second)
-    wanted = ("ray_reach_messages", "ray_reach_request_latency_seconds",
+    wanted = ("ray_reach_messages", "ray_reach_requests", "ray_reach_request_latency_seconds",
               "ray_reach_batch_envelopes", "ray_reach_registry_agents", "ray_reach_dead_letters",
               "ray_reach_restarts", "ray_reach_tasks")
     deadline = time.monotonic() + 90

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reach._runtime.metrics import LATENCY_BOUNDARIES
+from reach._runtime.metrics import LATENCY_BOUNDARIES, SAMPLED_PER_S
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -46,9 +46,16 @@ def test_messages_are_counted_by_type_and_direction(found: dict[str, float]) -> 
     assert value(found, "ray_reach_messages_total", type="error") >= 3
 
 
+def test_requests_are_counted_by_outcome(found: dict[str, float]) -> None:
+    assert value(found, "ray_reach_requests_total", outcome="ok") >= 500
+    assert value(found, "ray_reach_requests_total", outcome="error") >= 3
+
+
 def test_request_latency_is_a_histogram_by_outcome(found: dict[str, float]) -> None:
+    # Sampled past SAMPLED_PER_S values a second (the 300 requests sent at once are): every
+    # second's sample holds min(seen, SAMPLED_PER_S) of them, never more than were made.
     ok = value(found, "ray_reach_request_latency_seconds_count", outcome="ok")
-    assert ok >= 500
+    assert SAMPLED_PER_S <= ok <= value(found, "ray_reach_requests_total", outcome="ok")
     assert value(found, "ray_reach_request_latency_seconds_count", outcome="error") >= 3
     assert value(found, "ray_reach_request_latency_seconds_sum", outcome="ok") > 0
     # Exported with reach's boundaries, which are in seconds (the name's unit).
