@@ -52,7 +52,7 @@ from reach._runtime.current_span import current_span
 from reach._runtime.store_tracer import KEPT_FLAGS, SEED, StoreSpan, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
-from reach.protocol import Envelope, MsgType, match_trace_id
+from reach.protocol import Envelope, MsgType, trace_id_bytes
 from reach.spans import Attr, AttrValue, SpanName
 
 #: The name of reach's tracer (its instrumentation scope).
@@ -72,13 +72,15 @@ class _Tracing:
     """Whether this process traces: ``tracer`` is None while it does not. ``bound`` is set
     when the tracer's sampler is reach's own (parent-based, by trace ID ratio): a new trace is
     kept when its trace ID's low 64 bits are below it, so that a trace sampled out is known
-    without starting a span for it."""
+    without starting a span for it; ``drop_from`` is that bound as the 8 bytes a trace ID's low
+    half is compared with (None when no trace is dropped)."""
 
-    __slots__ = ("bound", "tracer")
+    __slots__ = ("bound", "drop_from", "tracer")
 
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
         self.bound: int | None = None
+        self.drop_from: bytes | None = None
 
 
 #: This process's tracing (see the module's docstring).
@@ -94,7 +96,8 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
             trace ID ratio, as OpenTelemetry's ``TraceIdRatioBased``); None for any other.
     """
     TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
-    TRACING.bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
+    bound = TRACING.bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
+    TRACING.drop_from = None if bound is None or bound >= _ID_SPACE else bound.to_bytes(8, "big")
 
 
 def keeps(trace_id: int, bound: int) -> bool:
@@ -105,7 +108,8 @@ def keeps(trace_id: int, bound: int) -> bool:
 
 def trace_int(trace_id: str) -> int:
     """A W3C trace ID's value (0 for one that is not 32 lowercase hex digits)."""
-    return int(trace_id, 16) if match_trace_id(trace_id) else 0
+    raw = trace_id_bytes(trace_id)
+    return 0 if raw is None else int.from_bytes(raw)
 
 
 def start(tracer: Tracer, name: str, kind: SpanKind, *, context: Context | None,
@@ -184,11 +188,12 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
             out: Span = NonRecordingSpan(_remote(parent))
             return out, env if dropped(env) else traced(env, out)
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
-            seed, new = trace_int(env.trace_id), True
-            bound = TRACING.bound
-            if (bound is not None and seed and env.span_id is None
-                    and seed & _LOW_BITS >= bound):  # (not keeps(), inline)
-                return INVALID_SPAN, env
+            raw, new = trace_id_bytes(env.trace_id), True
+            if raw is not None:  # (dropped() and trace_int(), inline: every send asks)
+                drop_from = TRACING.drop_from
+                if drop_from is not None and env.span_id is None and raw[8:] >= drop_from:
+                    return INVALID_SPAN, env
+                seed = int.from_bytes(raw)
     key = (env.sender, env.receiver, env.msg_type, capability)
     shared, name = _SENDS.get(key) or _send_shared(key)
     own: dict[str, AttrValue] = {} if env.session_id is None else {_SESSION_ID: env.session_id}
@@ -239,12 +244,14 @@ def dropped(env: Envelope, trace_id: int | None = None) -> bool:
     """Whether reach's sampler drops ``env``'s trace (of ``trace_id`` when given: the
     envelope's then, or it is not dropped), so that it may travel with no trace context: every
     reach process decides the same from the trace ID alone (reach's sampler keeps a trace by
-    its ID, see :func:`keeps`)."""
-    bound = TRACING.bound
-    if bound is None or env.span_id is not None or not match_trace_id(env.trace_id):
+    its ID, see :func:`keeps`: its low 64 bits, as 8 big-endian bytes, compared with the
+    bound's)."""
+    drop_from = TRACING.drop_from
+    if drop_from is None or env.span_id is not None:
         return False
-    seed = int(env.trace_id, 16)  # (trace_int and keeps, inline: every envelope asks)
-    return (trace_id is None or seed == trace_id) and seed & _LOW_BITS >= bound
+    raw = trace_id_bytes(env.trace_id)
+    return (raw is not None and raw[8:] >= drop_from
+            and (trace_id is None or int.from_bytes(raw) == trace_id))
 
 
 def sampled_out(env: Envelope) -> bool:

@@ -154,7 +154,9 @@ def test_a_trace_sampled_out_at_its_root_starts_no_span_and_travels_without_cont
 
 @pytest.mark.parametrize(("trace_id", "at_zero"), [
     (TRACE, True), (TRACE.upper(), False), (TRACE[:31], False), ("0" * 32, False),
-    (f"0x{TRACE[2:]}", False), (f"{TRACE[:30]}_1", False), ("any-trace-of-an-old-peer", False)])
+    (f"0x{TRACE[2:]}", False), (f"{TRACE[:30]}_1", False), ("any-trace-of-an-old-peer", False),
+    (f" {TRACE[1:]}", False), (f"{TRACE[:30]} 1", False), (f"+{TRACE[1:]}", False),
+    ("\u0663" * 32, False), (f"{TRACE}00", False), (f"{TRACE[:16]}", False)])
 def test_only_a_w3c_trace_id_is_ever_dropped_by_reach_s_sampler(trace_id: str,
                                                                 at_zero: bool) -> None:
     env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
@@ -166,6 +168,30 @@ def test_only_a_w3c_trace_id_is_ever_dropped_by_reach_s_sampler(trace_id: str,
             assert trace_int(trace_id) == (int(trace_id, 16) if at_zero else 0)
         finally:
             use(None)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1e-9, 0.01, 0.5, 0.999, 1.0])
+def test_reach_s_sampler_drops_what_the_sdk_s_ratio_sampler_does_not_keep(ratio: float) -> None:
+    sampler = TraceIdRatioBased(ratio)
+    rng = random.Random(22)
+    ids = [rng.getrandbits(128) or 1 for _ in range(2000)]
+    bound = sampler.bound  # the edges: just below, at and above the bound, low and high halves
+    ids += [(high << 64) | low for high in (1, 2**64 - 1)
+            for low in (0, 1, max(bound - 1, 0), bound, min(bound + 1, 2**64 - 1), 2**64 - 1)]
+    use(TracerProvider(sampler=ParentBased(sampler)), ratio)
+    try:
+        for trace_id in ids:
+            env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
+                                         trace_id=f"{trace_id:032x}")
+            kept = sampler.should_sample(None, trace_id, "x").decision.is_sampled()
+            assert dropped(env) is (not kept), f"{trace_id:032x}"
+            assert keeps(trace_id, bound) is kept
+            assert TRACING.tracer is not None
+            span, sent = start_send(TRACING.tracer, env)  # the sender decides the same
+            span.end()
+            assert (sent.span_id is not None) is kept, f"{trace_id:032x}"
+    finally:
+        use(None)
 
 
 def test_a_trace_a_caller_sampled_out_carries_its_decision_where_the_ratio_would_keep_it(
