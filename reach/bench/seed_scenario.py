@@ -123,7 +123,9 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
     sent0, batches0 = rt.transport.envelopes_sent, rt.transport.batches_sent
     hosts = sorted({record.host for record in records})
     cpu0 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
+    each0 = processes_cpu_s()
     result = await drive(send, total, inflight, prefix)
+    each1 = processes_cpu_s()
     cpu1 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
     batches = rt.transport.batches_sent - batches0
     result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
@@ -132,6 +134,8 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
     result["hosts_cpu_us"] = round((cpu1[1] - cpu0[1]) / total * 1e6, 1)
     if cpu0[2] is not None and cpu1[2] is not None:  # every process: the store's, Ray's too
         result["machine_cpu_us"] = round((cpu1[2] - cpu0[2]) / total * 1e6, 1)
+    if each1:
+        result["processes_cpu_us"] = cpu_by_process(each0, each1, total)
     for agent_id in ids:
         await rt.stop(agent_id)
     if isinstance(placement, reach.Packed):  # pool hosts outlive their agents: end them too
@@ -152,6 +156,46 @@ def machine_cpu_s() -> float | None:
         return None
     user, nice, system, _idle, _iowait, irq, softirq = ticks
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def processes_cpu_s() -> dict[int, tuple[str, float]]:
+    """Every process of this machine, by PID, with its name and the CPU seconds it has used
+    (user and system; empty where there is no ``/proc``). A Ray worker is named by its title
+    (``AgentHost``, ``TraceStore``, ``DashboardAgent``...), this process ``driver``, any other
+    by its program's file name (``raylet``, ``gcs_server``, ``python``...)."""
+    found: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                program = cmdline.read().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        pid = int(entry)
+        if pid == os.getpid():
+            name = "driver"
+        elif program.startswith("ray::"):
+            name = program.removeprefix("ray::").partition(".")[0]
+        else:
+            name = os.path.basename(program.partition(" ")[0]) or "(kernel)"
+        found[pid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
+def cpu_by_process(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                   total: int) -> dict[str, float]:
+    """The CPU each kind of process used per message (microseconds, by name as it is after,
+    the most first) between two :func:`processes_cpu_s`: a process started meanwhile counts
+    from nothing, one that ended is not counted."""
+    used: dict[str, float] = {}
+    for pid, (name, cpu) in after.items():
+        used[name] = used.get(name, 0.0) + cpu - before.get(pid, (name, 0.0))[1]
+    return {name: round(cpu / total * 1e6, 1)
+            for name, cpu in sorted(used.items(), key=lambda kv: -kv[1]) if cpu / total >= 5e-8}
 
 
 async def _hosts_cpu(rt: reach.Runtime, hosts: list[str]) -> float:

@@ -71,6 +71,11 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
         print("CPU per message vs off (every process of the machine): " + ", ".join(
             f"{name} {machine[name] - machine['off']:+.1f} us "
             f"({machine[name] / machine['off'] - 1:+.1%})" for name in CONTESTANTS[1:]))
+    if all("processes_cpu_us" in best[name] for name in CONTESTANTS):
+        print("CPU per message by process (us): " + "; ".join(
+            f"{name}: " + ", ".join(f"{proc} {cpu}" for proc, cpu in
+                                    list(best[name]["processes_cpu_us"].items())[:6])
+            for name in CONTESTANTS))
     await rt.close()
     return best
 

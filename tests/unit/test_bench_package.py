@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -274,6 +275,33 @@ def test_the_machine_s_cpu_time_grows_with_work_done_in_any_process() -> None:
     assert before is not None
     assert after is not None
     assert after - before >= 0.25  # the child's 0.3 s, whichever core ran it
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="processes are read under /proc")
+def test_each_process_s_cpu_is_read_by_its_name() -> None:
+    before = seed_scenario.processes_cpu_s()
+    with subprocess.Popen([sys.executable, "-c", "import sys, time\nend = time.process_time()"
+                           " + 0.3\nwhile time.process_time() < end: pass\nprint('burnt', "
+                           "flush=True)\nsys.stdin.read()"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        assert child.stdout.readline() == "burnt\n"
+        after = seed_scenario.processes_cpu_s()
+        child.stdin.close()
+    assert before[os.getpid()][0] == after[os.getpid()][0] == "driver"
+    name, cpu = after[child.pid]
+    assert name == os.path.basename(sys.executable)
+    assert cpu >= 0.29
+    assert seed_scenario.cpu_by_process(before, after, 1000)[name] >= 290
+
+
+def test_cpu_by_process_counts_what_each_kind_used_per_message_the_most_first() -> None:
+    before = {1: ("AgentHost", 1.0), 2: ("raylet", 5.0), 3: ("AgentHost", 2.0)}
+    after = {1: ("AgentHost", 1.25), 3: ("AgentHost", 2.5), 4: ("TraceStore", 1.0)}
+    # 2 ended (not counted), 4 started meanwhile (counted from nothing)
+    assert list(seed_scenario.cpu_by_process(before, after, 1000).items()) == [
+        ("TraceStore", 1000.0), ("AgentHost", 750.0)]
 
 
 def test_without_proc_stat_the_machine_s_cpu_time_is_not_given(
