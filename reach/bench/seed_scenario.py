@@ -108,7 +108,7 @@ async def run_raw(total: int, inflight: int, label: str = "raw") -> dict[str, fl
 
 
 async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, total: int,
-                    inflight: int) -> dict[str, float]:
+                    inflight: int) -> dict[str, Any]:
     """A reach contestant's round: ``AGENTS`` agents placed by ``placement``, by ID."""
     ids = [f"{prefix}-{i}" for i in range(AGENTS)]
     records = await rt.spawn_many(ItemEcho, ids, placement=placement)
@@ -124,7 +124,7 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
     hosts = sorted({record.host for record in records})
     cpu0 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
     each0 = processes_cpu_s()
-    result = await drive(send, total, inflight, prefix)
+    result: dict[str, Any] = dict(await drive(send, total, inflight, prefix))
     each1 = processes_cpu_s()
     cpu1 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
     batches = rt.transport.batches_sent - batches0
