@@ -268,7 +268,10 @@ async def best_rounds(contestants: Sequence[str], address: str, args: argparse.N
     """Runs ``args.rounds`` rounds of every contestant (each a driver of its own, see
     :func:`run_contestant`), in alternating order, each once the machine is quiet; the best
     round of each (by msg/s), in the order of ``contestants``, with the msg/s of all its
-    rounds (``rounds_msgs_per_s``) and their median (``median_msgs_per_s``)."""
+    rounds (``rounds_msgs_per_s``), their median (``median_msgs_per_s``) and their mean
+    (``mean_msgs_per_s``: in the alternating order, the rounds of each contestant sit on
+    average at the same moment of the run, the same one exactly for an even number of rounds,
+    so that the means compare them at the same machine speed however steadily it drifts)."""
     best: dict[str, Any] = {}
     rates: dict[str, list[float]] = {name: [] for name in contestants}
     for round_ in range(args.rounds):
@@ -283,6 +286,7 @@ async def best_rounds(contestants: Sequence[str], address: str, args: argparse.N
     for name in contestants:  # every round's rate too, in the order run
         best[name]["rounds_msgs_per_s"] = rates[name]
         best[name]["median_msgs_per_s"] = round(statistics.median(rates[name]), 1)
+        best[name]["mean_msgs_per_s"] = round(statistics.fmean(rates[name]), 1)
     return {name: best[name] for name in contestants}
 
 
