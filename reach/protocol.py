@@ -46,7 +46,7 @@ _ZERO_TRACE_ID, _ZERO_SPAN_ID = bytes(16), bytes(8)
 
 def trace_id_bytes(trace_id: str) -> bytes | None:
     """A W3C trace ID's 16 bytes; None for one that is not 32 lowercase hex digits, or is all
-    zeros. Read as the hex it must be rather than matched against a pattern, at some 40% of the
+    zeros. Read as the hex it must be rather than matched against a pattern, at some 60% of the
     time: every traced envelope parsed asks, and every trace ID a sampler decides on."""
     try:
         raw = bytes.fromhex(trace_id)
