@@ -74,6 +74,17 @@ async def record(rt: Any, agent_id: str) -> reach.AgentRecord:
     return rec
 
 
+async def recorded(sup: Any, *children: str) -> tuple[Any, ...]:
+    """The supervisor's restart records once they name every one of ``children``: a restart is
+    recorded as its child's start returns, a moment after the registry shows the child back."""
+    async def named() -> tuple[Any, ...] | None:
+        records: tuple[Any, ...] = (await sup.status()).restarts
+        return records if {r.child for r in records} >= set(children) else None
+
+    found: tuple[Any, ...] = await wait_until(named)
+    return found
+
+
 async def pid_of(rt: Any, host: str) -> int:
     return int((await rt.cluster.host(host).info())["pid"])
 
@@ -131,7 +142,7 @@ async def test_a_dedicated_agents_restart_takes_the_warm_spare_offered_for_its_s
         taken = (await record(rt, "rr-spare-1")).host
         assert after.pid in running  # a process started ahead of the restart, not for it
         assert after.pid != before.pid
-        (restart,) = (await sup.status()).restarts
+        (restart,) = await recorded(sup, "rr-spare-1")
         assert restart.placement is reach.RestartPlacement.DEDICATED
 
         async def refilled() -> list[str]:  # a new spare of the shape takes the taken one's place
@@ -164,7 +175,7 @@ async def test_a_packed_agent_whose_host_is_killed_moves_to_its_pools_live_host_
         after = await changed(rt, "rr-move-1", before)
         assert (await record(rt, "rr-move-1")).host == live  # moved: no new process awaited
         assert after.pid == live_pid
-        (restart,) = (await sup.status()).restarts
+        (restart,) = await recorded(sup, "rr-move-1")
         assert restart.placement is reach.RestartPlacement.PACKED
 
         # The dead host is started again under its name, empty, in the background.
@@ -205,7 +216,7 @@ async def test_the_agents_of_a_pool_whose_hosts_all_died_come_back_at_once_on_a_
         assert {a.pid for a in after.values()} <= running  # started ahead, not for the restart
         assert not set(dead_pids.values()) & {a.pid for a in after.values()}
         assert spare not in await offered()
-        restarts = (await sup.status()).restarts
+        restarts = await recorded(sup, *ids)
         assert sorted(r.child for r in restarts) == ids
         assert {r.placement for r in restarts} == {reach.RestartPlacement.PACKED}
         for host, pid in dead_pids.items():  # the pool's hosts, started again meanwhile
