@@ -41,32 +41,33 @@ ERROR_SCHEMA = "reach.error@1.0"
 #: all zeros.
 TRACE_ID_PATTERN = "^[0-9a-f]{32}$"
 SPAN_ID_PATTERN = "^[0-9a-f]{16}$"
-_ZERO_TRACE_ID, _ZERO_SPAN_ID = bytes(16), bytes(8)
+#: The bytes of a W3C trace ID and of a W3C span ID.
+TRACE_ID_BYTES, SPAN_ID_BYTES = 16, 8
+_ZEROS = {TRACE_ID_BYTES: bytes(TRACE_ID_BYTES), SPAN_ID_BYTES: bytes(SPAN_ID_BYTES)}
 
 
-def trace_id_bytes(trace_id: str) -> bytes | None:
-    """A W3C trace ID's 16 bytes; None for one that is not 32 lowercase hex digits, or is all
-    zeros. Read as the hex it must be rather than matched against a pattern, at some 60% of the
-    time: every traced envelope parsed asks, and every trace ID a sampler decides on."""
+def w3c_id_bytes(text: str, size: int) -> bytes | None:
+    """A W3C ID's bytes (``size`` of them: :data:`TRACE_ID_BYTES`, :data:`SPAN_ID_BYTES`); None
+    for text that is not twice as many lowercase hex digits, or is all zeros. Read as the hex it
+    must be rather than matched against a pattern, at some 60% of the time: every traced
+    envelope parsed asks, and every trace ID a sampler decides on."""
     try:
-        raw = bytes.fromhex(trace_id)
+        raw = bytes.fromhex(text)
     except (ValueError, TypeError):
         return None
-    return raw if len(raw) == 16 and raw != _ZERO_TRACE_ID and raw.hex() == trace_id else None
+    return raw if len(raw) == size and raw != _ZEROS[size] and raw.hex() == text else None
 
 
 def match_trace_id(trace_id: str) -> bool:
-    """Whether ``trace_id`` is a W3C trace ID (see :func:`trace_id_bytes`)."""
-    return trace_id_bytes(trace_id) is not None
+    """Whether ``trace_id`` is a W3C trace ID: 32 lowercase hex digits, not all zeros."""
+    return w3c_id_bytes(trace_id, TRACE_ID_BYTES) is not None
 
 
 def match_span_id(span_id: str) -> bool:
     """Whether ``span_id`` is a W3C span ID: 16 lowercase hex digits, not all zeros."""
-    try:
-        raw = bytes.fromhex(span_id)
-    except (ValueError, TypeError):
-        return False
-    return len(raw) == 8 and raw != _ZERO_SPAN_ID and raw.hex() == span_id
+    return w3c_id_bytes(span_id, SPAN_ID_BYTES) is not None
+
+
 _TRACE_CONTEXT = frozenset({"trace_id", "span_id", "trace_flags"})
 
 
@@ -365,4 +366,5 @@ def _protocol_error(exc: ValidationError) -> ProtocolError:
 
 
 __all__ = ["ERROR_SCHEMA", "SPAN_ID_PATTERN", "TRACE_ID_PATTERN", "Envelope", "MsgType", "Payload",
-           "match_span_id", "match_trace_id", "new_id", "trace_id_bytes"]
+           "SPAN_ID_BYTES", "TRACE_ID_BYTES", "match_span_id", "match_trace_id", "new_id",
+           "w3c_id_bytes"]

@@ -52,7 +52,7 @@ from reach._runtime.current_span import current_span
 from reach._runtime.store_tracer import KEPT_FLAGS, SEED, StoreSpan, StoreTracer
 from reach._version import __version__
 from reach.errors import ReachError
-from reach.protocol import Envelope, MsgType, trace_id_bytes
+from reach.protocol import TRACE_ID_BYTES, Envelope, MsgType, w3c_id_bytes
 from reach.spans import Attr, AttrValue, SpanName
 
 #: The name of reach's tracer (its instrumentation scope).
@@ -69,17 +69,16 @@ _V = TypeVar("_V")
 
 
 class _Tracing:
-    """Whether this process traces: ``tracer`` is None while it does not. ``bound`` is set
-    when the tracer's sampler is reach's own (parent-based, by trace ID ratio): a new trace is
-    kept when its trace ID's low 64 bits are below it, so that a trace sampled out is known
-    without starting a span for it; ``drop_from`` is that bound as the 8 bytes a trace ID's low
-    half is compared with (None when no trace is dropped)."""
+    """Whether this process traces: ``tracer`` is None while it does not. ``drop_from`` is set
+    when the tracer's sampler is reach's own (parent-based, by trace ID ratio) and drops any
+    trace: a new trace is dropped when its trace ID's low 64 bits, as 8 big-endian bytes, are
+    at or above it (the ratio's bound), so that a trace sampled out is known without starting a
+    span for it."""
 
-    __slots__ = ("bound", "drop_from", "tracer")
+    __slots__ = ("drop_from", "tracer")
 
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
-        self.bound: int | None = None
         self.drop_from: bytes | None = None
 
 
@@ -96,7 +95,7 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
             trace ID ratio, as OpenTelemetry's ``TraceIdRatioBased``); None for any other.
     """
     TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
-    bound = TRACING.bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
+    bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
     TRACING.drop_from = None if bound is None or bound >= _ID_SPACE else bound.to_bytes(8, "big")
 
 
@@ -108,7 +107,7 @@ def keeps(trace_id: int, bound: int) -> bool:
 
 def trace_int(trace_id: str) -> int:
     """A W3C trace ID's value (0 for one that is not 32 lowercase hex digits)."""
-    raw = trace_id_bytes(trace_id)
+    raw = w3c_id_bytes(trace_id, TRACE_ID_BYTES)
     return 0 if raw is None else int.from_bytes(raw)
 
 
@@ -188,7 +187,7 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
             out: Span = NonRecordingSpan(_remote(parent))
             return out, env if dropped(env) else traced(env, out)
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
-            raw, new = trace_id_bytes(env.trace_id), True
+            raw, new = w3c_id_bytes(env.trace_id, TRACE_ID_BYTES), True
             if raw is not None:  # (dropped() and trace_int(), inline: every send asks)
                 drop_from = TRACING.drop_from
                 if drop_from is not None and env.span_id is None and raw[8:] >= drop_from:
@@ -249,7 +248,7 @@ def dropped(env: Envelope, trace_id: int | None = None) -> bool:
     drop_from = TRACING.drop_from
     if drop_from is None or env.span_id is not None:
         return False
-    raw = trace_id_bytes(env.trace_id)
+    raw = w3c_id_bytes(env.trace_id, TRACE_ID_BYTES)
     return (raw is not None and raw[8:] >= drop_from
             and (trace_id is None or int.from_bytes(raw) == trace_id))
 

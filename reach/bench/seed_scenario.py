@@ -122,11 +122,11 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
     await drive(send, min(total, 500), inflight)  # warm-up
     sent0, batches0 = rt.transport.envelopes_sent, rt.transport.batches_sent
     hosts = sorted({record.host for record in records})
+    each0 = processes_cpu_s()  # (read outside the driver's own figures)
     cpu0 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
-    each0 = processes_cpu_s()
     result: dict[str, Any] = dict(await drive(send, total, inflight, prefix))
-    each1 = processes_cpu_s()
     cpu1 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
+    each1 = processes_cpu_s()
     batches = rt.transport.batches_sent - batches0
     result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
     # CPU per message: a steadier measure of the work done than msg/s (see docs/tracing.md)
@@ -164,8 +164,10 @@ def processes_cpu_s() -> dict[int, tuple[str, float]]:
     (``AgentHost``, ``TraceStore``, ``DashboardAgent``...), this process ``driver``, any other
     by its program's file name (``raylet``, ``gcs_server``, ``python``...)."""
     found: dict[int, tuple[str, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    if not os.path.isdir("/proc"):
+        return found
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
