@@ -21,6 +21,7 @@ them agree on one spelling.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -162,26 +163,37 @@ class SpanRecord:
 
 
 #: A finished span as a :class:`SpanBatch` packs it: a :class:`SpanRecord`'s fields in order but
-#: ``process`` (a batch's, once), its kind and status by their values, each event as
-#: ``[name, at_ns, attributes]`` and each link as ``[trace_id, span_id]``; then, optionally, the
-#: index of the batch's shared attributes it has too (its own attributes win over them).
-SpanRow = list[Any]
+#: ``process`` (a batch's, once), its kind and status by their values, its attributes as a map or
+#: as one flat sequence of keys and values in turn, each event as ``[name, at_ns, attributes]``
+#: and each link as ``[trace_id, span_id]``; then, optionally, the index of the batch's shared
+#: attributes it has too (its own attributes win over them). A tuple of plain values only (its
+#: attributes a flat tuple, no events, no links) is no work for the garbage collector while it
+#: waits for its batch: Python stops tracking it at its first collection.
+SpanRow = Sequence[Any]
 
 _KIND_OF = {k.value: k for k in SpanKind}
-_ROW_PACKER = msgpack.Packer()  # no hook: packing never runs Python code, so no thread interleaves
+_PACKER = msgpack.Packer()  # no hook: packing never runs Python code, so no thread interleaves
 
 
 def pack_row(row: SpanRow) -> bytes:
-    """One span's row packed, as :meth:`SpanBatch.join` takes it (a value msgpack has no type
-    for is packed as its text)."""
+    """One span's row packed (a value msgpack has no type for is packed as its text)."""
     try:
-        packed: bytes = _ROW_PACKER.pack(row)
+        packed: bytes = _PACKER.pack(row)
     except (TypeError, ValueError, OverflowError):
         packed = msgpack.packb(row, default=str)
     return packed
 
 
 _STATUS_OF = {s.value: s for s in SpanStatus}
+
+
+def _attributes(shared: Mapping[str, AttrValue] | None,
+                own: dict[str, AttrValue] | Sequence[Any]) -> dict[str, AttrValue]:
+    """A row's attributes: its batch's shared ones, if any, and its own (a map, or keys and
+    values in turn) over them."""
+    if not isinstance(own, dict):
+        own = dict(zip(own[::2], own[1::2], strict=True))
+    return own if shared is None else {**shared, **own}
 
 
 class SpanBatch(Sequence[SpanRecord]):
@@ -195,7 +207,7 @@ class SpanBatch(Sequence[SpanRecord]):
     store), once.
 
     Args:
-        data: The packed batch (:meth:`pack`'s or :meth:`join`'s).
+        data: The packed batch (:meth:`pack`'s).
     """
 
     __slots__ = ("_records", "data")
@@ -205,18 +217,23 @@ class SpanBatch(Sequence[SpanRecord]):
         self._records: list[SpanRecord] | None = None
 
     @classmethod
-    def pack(cls, process: str, rows: Sequence[SpanRow]) -> SpanBatch:
-        """A batch of ``rows`` recorded by ``process``."""
-        return cls(msgpack.packb([process, rows], default=str))
-
-    @classmethod
-    def join(cls, process: str, packed: Sequence[bytes],
+    def pack(cls, process: str, rows: Sequence[SpanRow],
              shared: Sequence[Mapping[str, AttrValue]] = ()) -> SpanBatch:
-        """A batch of rows packed one by one (:func:`pack_row`), recorded by ``process``, with
-        the attribute sets its rows name by index (``shared``)."""
-        header = msgpack.Packer()
-        parts = [header.pack_array_header(3 if shared else 2), header.pack(process),
-                 header.pack_array_header(len(packed)), *packed]
+        """A batch of ``rows`` recorded by ``process``, with the attribute sets its rows name by
+        index (``shared``): packed in one go, or, when a value has no msgpack type, row by row
+        with such values (an integer past 64 bits too) as their text (:func:`pack_row`),
+        leaving out a row that cannot be packed even so (a value whose text cannot be had: its
+        :meth:`span_count` says how many are in)."""
+        try:
+            return cls(_PACKER.pack([process, rows, shared] if shared else [process, rows]))
+        except (TypeError, ValueError, OverflowError):
+            pass
+        packed = []
+        for row in rows:
+            with contextlib.suppress(Exception):  # (whatever its value's __str__ raised)
+                packed.append(pack_row(row))
+        parts = [_PACKER.pack_array_header(3 if shared else 2), _PACKER.pack(process),
+                 _PACKER.pack_array_header(len(packed)), *packed]
         if shared:
             parts.append(pack_row(list(shared)))
         return cls(b"".join(parts))
@@ -245,7 +262,7 @@ class SpanBatch(Sequence[SpanRecord]):
             self._records = [
                 SpanRecord(trace_id, span_id, parent, name, _KIND_OF[kind], start_ns, end_ns,
                            _STATUS_OF[status], message, process,
-                           {**shared[common[0]], **attributes} if common else attributes,
+                           _attributes(shared[common[0]] if common else None, attributes),
                            tuple(SpanEvent(*e) for e in events) if events else (),
                            tuple(SpanLink(*link) for link in links) if links else ())
                 for (trace_id, span_id, parent, name, kind, start_ns, end_ns, status, message,

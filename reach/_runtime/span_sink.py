@@ -1,18 +1,17 @@
 """Finished spans on their way from a process to the cluster's trace store, for the tracer of
-:mod:`reach._runtime.store_tracer`: each packed as it ends, sent in batches (one
+:mod:`reach._runtime.store_tracer`: held as they end, packed and sent in batches (one
 :class:`~reach.spans.SpanBatch` each) from the process's event loop, never waited for.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 
-from reach.spans import AttrValue, SpanBatch, SpanRow, pack_row
+from reach.spans import AttrValue, SpanBatch, SpanRow
 
 log = logging.getLogger("reach._runtime.span_sink")
 
@@ -31,7 +30,8 @@ STORE_QUEUE = 32_768
 #: (400 to 600 KB) cost about 0.3 us a span to send where 1,024 cost 1.1 us.
 BATCH_SPANS, BATCH_DELAY_S = 4096, 0.5
 
-#: The loop running in this thread, or None (asyncio's low-level getter: it never raises).
+#: The loop running in this thread, or None (asyncio's low-level getter: it never raises; it
+#: asks the system for the process's ID each time, so a span's end does not call it).
 _running_loop = asyncio._get_running_loop
 
 
@@ -51,9 +51,10 @@ class SpanSink:
         self.process = process
         self.loop: asyncio.AbstractEventLoop | None = None
         self.dropped = 0
-        # Packed as they end: bytes are no work for the garbage collector, where a row's lists
-        # and dicts, held until their batch leaves, would be (each full collection reads them).
-        self._rows: collections.deque[bytes] = collections.deque()
+        # Held as they end and packed as their batch leaves, all in one go. Most are tuples of
+        # plain values (see SpanRow), which the garbage collector stops tracking at its first
+        # look: held rows with lists or maps in them would be read by every full collection.
+        self._rows: list[SpanRow] = []
         # The attribute sets the rows held name by index, and their indexes by the identity of
         # each (kept alive by the list: no ID is reused). The lock keeps a row that names one
         # and the table it names it in together, whichever threads add and flush.
@@ -66,28 +67,34 @@ class SpanSink:
     def add(self, row: SpanRow, shared: SharedAttributes | None = None) -> None:
         """Holds one finished span (from any thread; the loop's is the usual one), with the
         attributes it shares with others (``shared``: one object for all of them, never
-        changed, sent once per batch; its own attributes, in ``row``, win over them)."""
-        rows = self._rows
-        if len(rows) >= STORE_QUEUE:
-            self.dropped += 1
-            return
-        if shared is None:
-            rows.append(pack_row(row))
-        else:
-            lock = self._lock
-            lock.acquire()  # (not ``with``: half the time, on every span)
-            try:
+        changed, sent once per batch; its own attributes, in ``row``, win over them). ``row``
+        is held as it is (a tuple: with the index of ``shared`` after it, a copy), never
+        changed afterwards by its giver."""
+        lock = self._lock
+        lock.acquire()  # (not ``with``: half the time, on every span)
+        try:
+            rows = self._rows
+            if len(rows) >= STORE_QUEUE:
+                self.dropped += 1
+                return
+            if shared is not None:
                 index = self._shared_index.get(id(shared))
                 if index is None:
                     index = self._shared_index[id(shared)] = len(self._shared)
                     self._shared.append(shared)
-                row.append(index)
-                rows.append(pack_row(row))
-            finally:
-                lock.release()
-        full = len(rows) >= BATCH_SPANS
+                if type(row) is tuple:
+                    row += (index,)
+                else:
+                    row.append(index)  # type: ignore[attr-defined]
+            rows.append(row)
+            full = len(rows) >= BATCH_SPANS
+        finally:
+            lock.release()
+        # A batch is due on a live loop, unless none is yet, or this one is full, or the loop
+        # it is due on has ended (a driver's asyncio.run over: the next one sends it). A span
+        # that ends on another thread leaves with the batch due, or has one made due.
         if (self._due is None or (full and not self._soon)
-                or _running_loop() is not self.loop):
+                or self.loop.is_closed()):  # type: ignore[union-attr]
             self._schedule(full)
 
     def _schedule(self, now: bool) -> None:
@@ -118,14 +125,14 @@ class SpanSink:
         if self._due is not None:
             self._due.cancel()
         self._due, self._soon = None, False
-        rows = self._rows
         with self._lock:  # the rows that name the table taken, and only those
-            shared = self._shared
-            self._shared, self._shared_index = [], {}
-            held = [rows.popleft() for _ in range(len(rows))]
+            shared, held = self._shared, self._rows
+            self._shared, self._shared_index, self._rows = [], {}, []
         for at in range(0, len(held), BATCH_SPANS):
-            batch = held[at:at + BATCH_SPANS]
-            self._start(SpanBatch.join(self.process, batch, shared), len(batch))
+            rows = held[at:at + BATCH_SPANS]
+            batch = SpanBatch.pack(self.process, rows, shared)
+            self.dropped += len(rows) - batch.span_count()  # (none but values msgpack refuses)
+            self._start(batch, len(rows))
 
     def _start(self, batch: SpanBatch, count: int) -> None:
         if not start_send(self._send, batch):

@@ -64,6 +64,17 @@ _FLAGS = tuple(TraceFlags(flags) for flags in range(4))
 KEPT_FLAGS = _SAMPLED | _RANDOM
 _STATUSES = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
 _UNSET = Status(StatusCode.UNSET)
+#: A span's own attributes: a map, or keys and values in turn in one flat tuple (as reach's send
+#: and handler spans start with theirs: a span that ends with them so goes to its sink as plain
+#: values, see SpanRow).
+OwnAttributes = dict[str, AttrValue] | tuple[str | AttrValue, ...]
+
+
+def own_map(attributes: OwnAttributes) -> dict[str, AttrValue]:
+    """Own attributes as a map."""
+    if isinstance(attributes, dict):
+        return attributes
+    return dict(zip(attributes[::2], attributes[1::2], strict=True))  # type: ignore[arg-type]
 
 
 def _clean(attributes: types.Attributes) -> dict[str, AttrValue]:
@@ -126,7 +137,8 @@ class StoreSpan(Span):
         trace_hex: Its trace ID.
         parent_hex: Its parent's span ID, or None for a trace's root.
         flags: Its trace flags.
-        attributes: Its attributes (kept as given: reach's own are scalars).
+        attributes: Its own attributes (:data:`OwnAttributes`, kept as given: reach's own
+            are scalars).
         shared: Attributes it shares with many others (one object for all of them, never
             changed, sent once per batch); its own win over them.
     """
@@ -143,7 +155,7 @@ class StoreSpan(Span):
     _set_status_on_exception = True
 
     def __init__(self, sink: SpanSink | None, name: str, kind: str, trace_hex: str,  # noqa: PLR0917 - a span's fields
-                 parent_hex: str | None, flags: int, attributes: dict[str, AttrValue],
+                 parent_hex: str | None, flags: int, attributes: OwnAttributes,
                  shared: Mapping[str, AttrValue] | None = None) -> None:
         self._sink = sink
         self._name = name
@@ -175,7 +187,8 @@ class StoreSpan(Span):
     def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:
         """Sets attributes (ignored once ended)."""
         if not self._ended("an attribute"):
-            self._attributes.update(_clean(attributes))
+            own = self._attributes = own_map(self._attributes)  # a map from now on
+            own.update(_clean(attributes))
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
         """Sets one attribute (ignored once ended)."""
@@ -234,13 +247,19 @@ class StoreSpan(Span):
             return
         end = self._end_ns = time_ns() if end_time is None else end_time
         sink = self._sink
-        if sink is not None:
-            status = self._status
-            code, text = ("unset", "") if status is _UNSET else (
-                _STATUSES[status.status_code], status.description or "")
-            sink.add([self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
-                      self._start_ns, end, code, text, self._attributes, self._events,
-                      self._links], self._shared)
+        if sink is None:
+            return
+        status, attributes = self._status, self._attributes
+        if (type(attributes) is tuple and status is _UNSET and self._events is None
+                and self._links is None):  # (a send's, a handler's) a tuple of plain values
+            sink.add((self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
+                      self._start_ns, end, "unset", "", attributes, None, None), self._shared)
+            return
+        code, text = ("unset", "") if status is _UNSET else (
+            _STATUSES[status.status_code], status.description or "")
+        sink.add([self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
+                  self._start_ns, end, code, text, attributes, self._events, self._links],
+                 self._shared)
 
     def _ended(self, what: str) -> bool:
         if self._end_ns is None:
@@ -292,7 +311,7 @@ class StoreTracer(Tracer):
         return span
 
     def under(self, name: str, kind: str, parent: Span, seed: int,  # noqa: PLR0917 - a span's fields
-              trace_hex: str | None, attributes: dict[str, AttrValue],
+              trace_hex: str | None, attributes: OwnAttributes,
               shared: Mapping[str, AttrValue] | None = None) -> Span:
         """A span under ``parent`` (the current span, or one carrying a context), or, under an
         invalid one, a span that starts a trace (see :meth:`root`)."""
@@ -306,7 +325,7 @@ class StoreTracer(Tracer):
         return self.root(name, kind, seed, trace_hex if seed else None, attributes, shared)
 
     def child(self, name: str, kind: str, trace_hex: str, parent_hex: str, flags: int,  # noqa: PLR0917 - a span's fields
-              attributes: dict[str, AttrValue], state: TraceState | None = None,
+              attributes: OwnAttributes, state: TraceState | None = None,
               shared: Mapping[str, AttrValue] | None = None) -> StoreSpan | NonRecordingSpan:
         """A span under a parent of ``trace_hex`` and ``parent_hex`` (both W3C) with W3C trace
         ``flags`` (and a trace ``state`` to carry on, attributes ``shared`` with other spans):
@@ -321,7 +340,7 @@ class StoreTracer(Tracer):
         return span
 
     def root(self, name: str, kind: str, seed: int, trace_hex: str | None,  # noqa: PLR0917 - a span's fields
-             attributes: dict[str, AttrValue],
+             attributes: OwnAttributes,
              shared: Mapping[str, AttrValue] | None = None) -> StoreSpan | NonRecordingSpan:
         """A span that starts a trace, of ``seed`` (its hex text ``trace_hex`` when known) or
         with ``seed`` 0, of a random ID: kept by the ratio."""
@@ -378,5 +397,5 @@ class StoreTracerProvider(TracerProvider):
         self.force_flush()
 
 
-__all__ = ["KEPT_FLAGS", "KINDS", "SEED", "StoreSpan", "StoreTracer", "StoreTracerProvider",
-           "new_span_hex"]
+__all__ = ["KEPT_FLAGS", "KINDS", "SEED", "OwnAttributes", "StoreSpan", "StoreTracer",
+           "StoreTracerProvider", "new_span_hex", "own_map"]

@@ -49,7 +49,14 @@ from opentelemetry.trace import (
 )
 
 from reach._runtime.current_span import current_span
-from reach._runtime.store_tracer import KEPT_FLAGS, SEED, StoreSpan, StoreTracer
+from reach._runtime.store_tracer import (
+    KEPT_FLAGS,
+    SEED,
+    OwnAttributes,
+    StoreSpan,
+    StoreTracer,
+    own_map,
+)
 from reach._version import __version__
 from reach.errors import ReachError
 from reach.protocol import TRACE_ID_BYTES, Envelope, MsgType, w3c_id_bytes
@@ -60,9 +67,12 @@ TRACER_NAME = "reach"
 
 _ID_SPACE = 1 << 64
 _LOW_BITS = _ID_SPACE - 1
-# The names of a handler span's attributes, as plain names (read on every traced run).
+# The names of a handler span's attributes, as plain names (read on every traced run), and as
+# plain text: an enum member in a span's attribute pairs would keep the garbage collector
+# tracking them (see reach.spans.SpanRow).
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
-_SENDER, _SESSION_ID, _QUEUED_MS = Attr.SENDER, Attr.SESSION_ID, Attr.QUEUED_MS
+_SENDER, _SESSION_ID, _QUEUED_MS = (Attr.SENDER.value, Attr.SESSION_ID.value,
+                                    Attr.QUEUED_MS.value)
 _HANDLE = SpanName.HANDLE.value
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -195,10 +205,10 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
                 seed = int.from_bytes(raw)
     key = (env.sender, env.receiver, env.msg_type, capability)
     shared, name = _SENDS.get(key) or _send_shared(key)
-    own: dict[str, AttrValue] = {} if env.session_id is None else {_SESSION_ID: env.session_id}
+    own: OwnAttributes = () if env.session_id is None else (_SESSION_ID, env.session_id)
     if type(tracer) is not StoreTracer:
         span = start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
-                     attributes={**shared, **own})
+                     attributes={**shared, **own_map(own)})
     elif new:
         span = tracer.root(name, "client", seed, env.trace_id if seed else None, own, shared)
     else:
@@ -294,10 +304,10 @@ def start_handle(tracer: Tracer, env: Envelope, shared: Mapping[str, AttrValue],
     span_id, flags = env.span_id, env.trace_flags
     if span_id is not None and not flags & 1:  # sampled out
         return NonRecordingSpan(_remote(env))
-    own: dict[str, AttrValue] = {_SENDER: env.sender} if queued_ms is None else {
-        _SENDER: env.sender, _QUEUED_MS: queued_ms}
+    own: tuple[str | AttrValue, ...] = (_SENDER, env.sender) if queued_ms is None else (
+        _SENDER, env.sender, _QUEUED_MS, queued_ms)
     if env.session_id is not None:
-        own[_SESSION_ID] = env.session_id
+        own += (_SESSION_ID, env.session_id)
     name = f"{_HANDLE} {env.payload_schema}"
     if type(tracer) is StoreTracer:  # the envelope's IDs, as they are
         if span_id is not None:  # (tracer.child(), inline: its parent is sampled)
@@ -306,7 +316,7 @@ def start_handle(tracer: Tracer, env: Envelope, shared: Mapping[str, AttrValue],
         seed = trace_int(env.trace_id)
         return tracer.root(name, "server", seed, env.trace_id if seed else None, own, shared)
     return start(tracer, name, SpanKind.SERVER, context=envelope_context(env),
-                 trace_id=env.trace_id, attributes={**shared, **own})
+                 trace_id=env.trace_id, attributes={**shared, **own_map(own)})
 
 
 def failed(span: Span, error: ReachError) -> None:

@@ -7,6 +7,7 @@ driver's next loop, from another thread), dropped past the bound, packed as one 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import pickle
 import random
@@ -40,7 +41,7 @@ from reach._runtime.span_export import SeededIds, to_record
 from reach._runtime.span_sink import BATCH_DELAY_S, BATCH_SPANS, STORE_QUEUE, SpanSink
 from reach._runtime.store_tracer import StoreTracer, StoreTracerProvider, new_span_hex
 from reach._runtime.trace_setup import install
-from reach._runtime.tracer import SHARED_KEPT, TRACING, start, start_send, use
+from reach._runtime.tracer import SHARED_KEPT, TRACING, start, start_handle, start_send, use
 from reach.errors import Severity
 from reach.spans import (
     Attr,
@@ -394,6 +395,66 @@ def test_a_batch_is_one_blob_that_reads_back_as_the_records_it_packed() -> None:
     assert (len(copied), copied[1], copied[:1]) == (2, bare, [rich])
     assert isinstance(copied[0].attributes["flag"], bool)
     assert len(pickle.dumps(batch)) < len(pickle.dumps([rich, bare]))
+
+
+def test_a_value_msgpack_refuses_goes_as_its_text_and_a_row_with_none_is_lost_alone() -> None:
+    batches: list[SpanBatch] = []
+
+    async def scenario(_fake: FakeCluster) -> None:
+        async def send(batch: SpanBatch) -> None:
+            batches.append(batch)
+
+        sink = SpanSink(send, "stt")
+        sink.add(row(0))
+        sink.add([*row(1)[:9], {"odd": Odd(), "huge": 1 << 70}, None, None])  # as their text
+        sink.add([*row(2)[:9], {"odd": Odd(fails=True)}, None, None])  # not even so
+        sink.add(row(3), {"reach.agent_id": "stt-x"})
+        sink.flush()
+        assert sink.dropped == 1
+
+    run(scenario)
+    [batch] = batches
+    assert batch.span_count() == 3
+    assert [r.span_id for r in batch] == [row(n)[1] for n in (0, 1, 3)]
+    assert batch[1].attributes == {"odd": "odd", "huge": str(1 << 70)}
+    assert batch[2].attributes == {"reach.agent_id": "stt-x"}
+
+
+class Odd:
+    def __init__(self, fails: bool = False) -> None:
+        self.fails = fails
+
+    def __str__(self) -> str:
+        if self.fails:
+            raise RuntimeError("no text")
+        return "odd"
+
+
+def test_send_and_handler_spans_wait_for_their_batch_untracked_by_the_garbage_collector(
+        ) -> None:
+    # Held until their batch leaves, they would otherwise be read by every full collection.
+    async def scenario(_fake: FakeCluster) -> None:
+        async def send(_batch: SpanBatch) -> None:
+            pass
+
+        sink = SpanSink(send, "stt")
+        tracer = StoreTracer(sink, 1.0)
+        env = reach.Envelope.request("stt-caller", "stt-echo", {"text": "x"}, "stt.ask@1.0",
+                                     session_id="stt-session")
+        span, sent = start_send(tracer, env)
+        handler = start_handle(tracer, sent, {Attr.AGENT_ID: "stt-echo"}, 0.25)
+        handler.end()
+        span.end()
+        sink.add([*row(0)[:9], {}, [["an event", 1, {}]], None])  # events: a list, tracked
+        # Collections of the young generations, as allocations bring them on: a row is let go
+        # at the first, or at the next (a tuple is let go once what it holds is), before any
+        # could bring it to the oldest generation, which full collections read.
+        gc.collect(0)
+        gc.collect(1)
+        assert [gc.is_tracked(held) for held in sink._rows] == [False, False, True]
+        sink.flush()
+
+    run(scenario)
 
 
 def test_attributes_spans_share_travel_once_per_batch_and_read_back_on_every_span() -> None:
