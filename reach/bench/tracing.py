@@ -10,13 +10,15 @@ collector). They take turns, ``--rounds`` times each in alternating order, each 
 best round, the median of its rounds and their mean: over an even number of rounds every
 contestant's rounds sit on average at the same moment of the run, so that the means cancel a
 steady drift of the machine's speed, which the best rounds do not (the round run first is often
-the best). Prints msg/s, latency and CPU per message (the driver's process and the hosts'
-together, where ``/proc/stat`` exists every process of the machine's, the trace store's and
-Ray's own included, and each kind of process's, over the measured messages) for each, and the
-throughput (of the best rounds, the medians and the means) and CPU each sampling costs against
-``off``; writes ``tracing.json`` into the results folder (:mod:`reach.bench.results`). Run:
-``python -m reach.bench.tracing [--messages N] [--inflight K] [--address ADDR] [--quick]
-[--out DIR]``.
+the best). Where the machine's speed moves from minute to minute, up and down, neither holds:
+the median of each round's cost against ``off``'s round of the same number, run beside it, does
+(:func:`round_costs`). Prints msg/s, latency and CPU per message (the driver's process and the
+hosts' together, where ``/proc/stat`` exists every process of the machine's, the trace store's
+and Ray's own included, and each kind of process's, over the measured messages) for each, and
+the throughput (of the best rounds, the medians, the means and round by round) and CPU each
+sampling costs against ``off``; writes ``tracing.json`` into the results folder
+(:mod:`reach.bench.results`). Run: ``python -m reach.bench.tracing [--messages N]
+[--inflight K] [--address ADDR] [--quick] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +50,15 @@ async def contestant(args: argparse.Namespace) -> dict[str, Any]:
                              encrypt=False, audit_calls=False, tracing=tracing)
 
 
+def round_costs(rates: Sequence[float], off_rates: Sequence[float]) -> list[float]:
+    """What a contestant costs against ``off`` in each round: 1 less its msg/s over off's of the
+    same round (``rates`` and ``off_rates`` in the order run). The rounds of one round number
+    run one after the other, minutes from those of the next: where the machine's speed moves
+    from minute to minute, the median of these compares each contestant with ``off`` at the
+    speed of its own moment, which neither the best rounds nor the means do."""
+    return [1 - rate / off for rate, off in zip(rates, off_rates, strict=True)]
+
+
 async def conduct(args: argparse.Namespace) -> dict[str, Any]:
     """Runs every round of every contestant; their best rounds, compared."""
     rt = reach.init(address=args.address, log_to_driver=False, sign=False, tracing=False)
@@ -61,13 +73,18 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
         for kind in ("median", "mean"):
             best[name][f"{kind}_cost_vs_off"] = round(
                 1 - best[name][f"{kind}_msgs_per_s"] / off[f"{kind}_msgs_per_s"], 3)
+        costs = round_costs(best[name]["rounds_msgs_per_s"], off["rounds_msgs_per_s"])
+        best[name]["rounds_cost_vs_off"] = [round(cost, 3) for cost in costs]
+        best[name]["paired_cost_vs_off"] = round(statistics.median(costs), 3)
         show(name, best[name])
     print("cost of tracing vs off, best rounds: " + ", ".join(
         f"{name} {best[name]['cost_vs_off']:.1%}" for name in CONTESTANTS[1:])
         + "; median rounds: " + ", ".join(
         f"{name} {best[name]['median_cost_vs_off']:.1%}" for name in CONTESTANTS[1:])
         + "; mean of the rounds: " + ", ".join(
-        f"{name} {best[name]['mean_cost_vs_off']:.1%}" for name in CONTESTANTS[1:]))
+        f"{name} {best[name]['mean_cost_vs_off']:.1%}" for name in CONTESTANTS[1:])
+        + "; median of each round's against off's of the same round: " + ", ".join(
+        f"{name} {best[name]['paired_cost_vs_off']:.1%}" for name in CONTESTANTS[1:]))
     cpu = {name: best[name]["driver_cpu_us"] + best[name]["hosts_cpu_us"] for name in CONTESTANTS}
     print("CPU per message vs off (driver and hosts): " + ", ".join(
         f"{name} {cpu[name] - cpu['off']:+.1f} us ({cpu[name] / cpu['off'] - 1:+.1%})"

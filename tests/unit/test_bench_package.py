@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import reach.tools
-from reach.bench import BENCHMARKS, run_benchmark, seed_scenario
+from reach.bench import BENCHMARKS, run_benchmark, seed_scenario, tracing
 from reach.bench.progress import Meter
 from reach.bench.results import folder, write
 from reach.errors import ConfigError
@@ -339,3 +340,20 @@ def test_the_means_of_an_even_number_of_alternating_rounds_cancel_a_steady_drift
         means = [got[name]["mean_msgs_per_s"] for name in names]
         assert max(means) - min(means) <= most_apart, means
         assert [len(got[name]["rounds_msgs_per_s"]) for name in names] == [rounds] * 3
+
+
+def test_the_median_of_each_round_s_cost_against_off_s_beside_it_holds_as_the_speed_moves(
+        ) -> None:
+    # A machine whose speed moves from round to round, up and down, and holds within one:
+    # contestants costing 2% and 12% cost that in every round, whatever the best rounds and
+    # the means say.
+    speeds = [1.0, 0.82, 1.12, 0.9, 0.95, 1.05]
+    off = [10_000 * speed for speed in speeds]
+    for cost in (0.02, 0.12):
+        rates = [rate * (1 - cost) for rate in off]
+        rates[0] = off[0] * 1.01  # one lucky round
+        costs = tracing.round_costs(rates, off)
+        assert statistics.median(costs) == pytest.approx(cost)
+        assert costs[1:] == pytest.approx([cost] * 5)
+    with pytest.raises(ValueError, match=r"shorter|longer"):
+        tracing.round_costs([1.0], [1.0, 2.0])
