@@ -132,7 +132,8 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:
-            span, env = start_send(tracer, env, capability, self.parent, fresh)
+            span, env = start_send(tracer, env, capability, self.parent, fresh,
+                                   fresh and self.trace_id is None)
         try:
             reply = await self._call_once(env, span)
             outcome = "ok"
@@ -215,7 +216,8 @@ class Courier:
         if tracer is None:
             await self._post(env)
             return
-        span, env = start_send(tracer, env, None, self.parent, fresh)
+        span, env = start_send(tracer, env, None, self.parent, fresh,
+                               fresh and self.trace_id is None)
         try:
             await self._post(env)
         except ReachError as exc:
@@ -255,7 +257,8 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:  # not made current: the stream's consumer runs between chunks
-            span, env = start_send(tracer, env, None, self.parent, fresh)
+            span, env = start_send(tracer, env, None, self.parent, fresh,
+                                   fresh and self.trace_id is None)
         try:
             async with contextlib.aclosing(self._chunks(env)) as chunks:
                 async for chunk in chunks:

@@ -67,6 +67,7 @@ TRACER_NAME = "reach"
 
 _ID_SPACE = 1 << 64
 _LOW_BITS = _ID_SPACE - 1
+_NO_TRACE = "0" * 32  # (the one ID of new_id's that W3C does not allow)
 # The names of a handler span's attributes, as plain names (read on every traced run), and as
 # plain text: an enum member in a span's attribute pairs would keep the garbage collector
 # tracking them (see reach.spans.SpanRow).
@@ -83,13 +84,15 @@ class _Tracing:
     when the tracer's sampler is reach's own (parent-based, by trace ID ratio) and drops any
     trace: a new trace is dropped when its trace ID's low 64 bits, as 8 big-endian bytes, are
     at or above it (the ratio's bound), so that a trace sampled out is known without starting a
-    span for it."""
+    span for it. ``drop_hex`` is the same bound as 16 hex digits, for a trace ID of reach's own
+    making (its low 64 bits the last 16 of its 32 lowercase hex digits, compared as text)."""
 
-    __slots__ = ("drop_from", "tracer")
+    __slots__ = ("drop_from", "drop_hex", "tracer")
 
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
         self.drop_from: bytes | None = None
+        self.drop_hex: str | None = None  # drop_from as 16 hex digits
 
 
 #: This process's tracing (see the module's docstring).
@@ -107,6 +110,7 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
     TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
     bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
     TRACING.drop_from = None if bound is None or bound >= _ID_SPACE else bound.to_bytes(8, "big")
+    TRACING.drop_hex = None if TRACING.drop_from is None else TRACING.drop_from.hex()
 
 
 def keeps(trace_id: int, bound: int) -> bool:
@@ -167,8 +171,10 @@ def traced(env: Envelope, span: Span) -> Envelope:
                                   int(ctx.trace_flags))
 
 
-def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
-               parent: Envelope | None = None, fresh: bool = False) -> tuple[Span, Envelope]:
+def start_send(  # noqa: PLR0911, PLR0912, PLR0917 - every send runs it: all inline
+        tracer: Tracer, env: Envelope, capability: str | None = None,
+        parent: Envelope | None = None, fresh: bool = False,
+        made: bool = False) -> tuple[Span, Envelope]:
     """The client span of a send (a child of the current span), and the envelope carrying it.
 
     Under a trace sampled out no span is started: the envelope goes as it is when reach's
@@ -184,6 +190,8 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         parent: The envelope whose handler sends it, if any.
         fresh: ``env`` was just built for this send and nothing else holds it: it takes the
             span's context in place (no copy).
+        made: ``env``'s trace ID is one reach just made for it (:func:`~reach.protocol.new_id`'s:
+            32 lowercase hex digits), read as it is rather than checked.
     """
     current = current_span()
     seed, new = 0, False
@@ -196,6 +204,13 @@ def start_send(tracer: Tracer, env: Envelope, capability: str | None = None,
         elif parent is not None and sampled_out(parent):  # its handler runs in no span
             out: Span = NonRecordingSpan(_remote(parent))
             return out, env if dropped(env) else traced(env, out)
+        elif made:  # a new trace, of an ID reach made: compared as its text (see dropped)
+            new, trace_id = True, env.trace_id
+            if trace_id != _NO_TRACE:
+                drop_hex = TRACING.drop_hex
+                if drop_hex is not None and env.span_id is None and trace_id[16:] >= drop_hex:
+                    return INVALID_SPAN, env
+                seed = int(trace_id, 16)
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
             raw, new = w3c_id_bytes(env.trace_id, TRACE_ID_BYTES), True
             if raw is not None:  # (dropped() and trace_int(), inline: every send asks)

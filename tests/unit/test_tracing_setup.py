@@ -18,6 +18,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 import reach
 import reach._runtime
 from reach._runtime.span_export import SeededIds, StoreExporter, to_record
+from reach._runtime.store_tracer import StoreTracerProvider
 from reach._runtime.trace_setup import check_installed, install, setup
 from reach._runtime.tracer import TRACING, dropped, keeps, start, start_send, trace_int, use
 from reach.errors import ConfigError
@@ -170,15 +171,18 @@ def test_only_a_w3c_trace_id_is_ever_dropped_by_reach_s_sampler(trace_id: str,
             use(None)
 
 
+@pytest.mark.parametrize("store", [False, True], ids=["sdk", "store"])
 @pytest.mark.parametrize("ratio", [0.0, 1e-9, 0.01, 0.5, 0.999, 1.0])
-def test_reach_s_sampler_drops_what_the_sdk_s_ratio_sampler_does_not_keep(ratio: float) -> None:
+def test_reach_s_sampler_drops_what_the_sdk_s_ratio_sampler_does_not_keep(ratio: float,
+                                                                          store: bool) -> None:
     sampler = TraceIdRatioBased(ratio)
     rng = random.Random(22)
     ids = [rng.getrandbits(128) or 1 for _ in range(2000)]
     bound = sampler.bound  # the edges: just below, at and above the bound, low and high halves
     ids += [(high << 64) | low for high in (1, 2**64 - 1)
             for low in (0, 1, max(bound - 1, 0), bound, min(bound + 1, 2**64 - 1), 2**64 - 1)]
-    use(TracerProvider(sampler=ParentBased(sampler)), ratio)
+    use(StoreTracerProvider(ratio, None) if store else TracerProvider(
+        sampler=ParentBased(sampler), id_generator=SeededIds()), ratio)
     try:
         for trace_id in ids:
             env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
@@ -187,9 +191,29 @@ def test_reach_s_sampler_drops_what_the_sdk_s_ratio_sampler_does_not_keep(ratio:
             assert dropped(env) is (not kept), f"{trace_id:032x}"
             assert keeps(trace_id, bound) is kept
             assert TRACING.tracer is not None
-            span, sent = start_send(TRACING.tracer, env)  # the sender decides the same
+            # The sender decides the same, reading an ID it made as its text or checking it.
+            for made in (False, True):
+                span, sent = start_send(TRACING.tracer, env, made=made)
+                span.end()
+                assert (sent.span_id is not None) is kept, f"{trace_id:032x}"
+                assert sent.trace_id == env.trace_id
+    finally:
+        use(None)
+
+
+def test_a_send_of_an_all_zeros_trace_id_reach_made_starts_a_trace_of_its_own() -> None:
+    # new_id() could make it (once in 2**128): W3C allows no such ID, as for any other sender.
+    use(StoreTracerProvider(1.0, None), 1.0)
+    try:
+        assert TRACING.tracer is not None
+        env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
+                                     trace_id="0" * 32)
+        for made in (False, True):
+            span, sent = start_send(TRACING.tracer, env, made=made)
             span.end()
-            assert (sent.span_id is not None) is kept, f"{trace_id:032x}"
+            assert sent.span_id is not None
+            assert sent.trace_id != "0" * 32
+            assert trace_int(sent.trace_id) != 0
     finally:
         use(None)
 
