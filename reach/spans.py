@@ -166,10 +166,13 @@ class SpanRecord:
 #: ``process`` (a batch's, once), its kind and status by their values, its attributes as a map or
 #: as one flat sequence of keys and values in turn, each event as ``[name, at_ns, attributes]``
 #: and each link as ``[trace_id, span_id]``; then, optionally, the index of the batch's shared
-#: attributes it has too (its own attributes win over them). A tuple of plain values only (its
+#: attributes it has too (its own attributes win over them). A span of status unset with no
+#: events and no links (most spans) may leave out status, message, events and links: its row is
+#: its first seven fields and its attributes (then the index). A tuple of plain values only (its
 #: attributes a flat tuple, no events, no links) is no work for the garbage collector while it
 #: waits for its batch: Python stops tracking it at its first collection.
 SpanRow = Sequence[Any]
+_SHORT_ROW = 9  # the fields of a row that leaves them out, with an index
 
 _KIND_OF = {k.value: k for k in SpanKind}
 _PACKER = msgpack.Packer()  # no hook: packing never runs Python code, so no thread interleaves
@@ -259,14 +262,21 @@ class SpanBatch(Sequence[SpanRecord]):
         if self._records is None:
             process, rows, *rest = msgpack.unpackb(self.data)
             shared = rest[0] if rest else ()
-            self._records = [
-                SpanRecord(trace_id, span_id, parent, name, _KIND_OF[kind], start_ns, end_ns,
-                           _STATUS_OF[status], message, process,
-                           _attributes(shared[common[0]] if common else None, attributes),
-                           tuple(SpanEvent(*e) for e in events) if events else (),
-                           tuple(SpanLink(*link) for link in links) if links else ())
-                for (trace_id, span_id, parent, name, kind, start_ns, end_ns, status, message,
-                     attributes, events, links, *common) in rows]
+            records = self._records = []
+            for row in rows:
+                if len(row) <= _SHORT_ROW:  # status unset, no events, no links
+                    (trace_id, span_id, parent, name, kind, start_ns, end_ns, attributes,
+                     *common) = row
+                    status, message, events, links = "unset", "", None, None
+                else:
+                    (trace_id, span_id, parent, name, kind, start_ns, end_ns, status, message,
+                     attributes, events, links, *common) = row
+                records.append(SpanRecord(
+                    trace_id, span_id, parent, name, _KIND_OF[kind], start_ns, end_ns,
+                    _STATUS_OF[status], message, process,
+                    _attributes(shared[common[0]] if common else None, attributes),
+                    tuple(SpanEvent(*e) for e in events) if events else (),
+                    tuple(SpanLink(*link) for link in links) if links else ()))
         return self._records
 
     def __len__(self) -> int:

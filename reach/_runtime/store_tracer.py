@@ -253,7 +253,7 @@ class StoreSpan(Span):
         if (type(attributes) is tuple and status is _UNSET and self._events is None
                 and self._links is None):  # (a send's, a handler's) a tuple of plain values
             sink.add((self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
-                      self._start_ns, end, "unset", "", attributes, None, None), self._shared)
+                      self._start_ns, end, attributes), self._shared)  # (a short row)
             return
         code, text = ("unset", "") if status is _UNSET else (
             _STATUSES[status.status_code], status.description or "")

@@ -433,9 +433,11 @@ class Odd:
 def test_send_and_handler_spans_wait_for_their_batch_untracked_by_the_garbage_collector(
         ) -> None:
     # Held until their batch leaves, they would otherwise be read by every full collection.
+    batches: list[SpanBatch] = []
+
     async def scenario(_fake: FakeCluster) -> None:
-        async def send(_batch: SpanBatch) -> None:
-            pass
+        async def send(batch: SpanBatch) -> None:
+            batches.append(batch)
 
         sink = SpanSink(send, "stt")
         tracer = StoreTracer(sink, 1.0)
@@ -455,6 +457,16 @@ def test_send_and_handler_spans_wait_for_their_batch_untracked_by_the_garbage_co
         sink.flush()
 
     run(scenario)
+    [batch] = batches  # and they read back as any other span
+    handled, sent, other = pickle.loads(pickle.dumps(batch))
+    assert (handled.name, handled.kind, handled.status, handled.events) == (
+        "handle stt.ask@1.0", RecordKind.SERVER, SpanStatus.UNSET, ())
+    assert handled.attributes == {Attr.AGENT_ID: "stt-echo", Attr.SENDER: "stt-caller",
+                                  Attr.QUEUED_MS: 0.25, Attr.SESSION_ID: "stt-session"}
+    assert (sent.name, sent.kind, sent.parent_span_id, sent.attributes[Attr.SESSION_ID]) == (
+        "send stt-echo", RecordKind.CLIENT, None, "stt-session")
+    assert handled.parent_span_id == sent.span_id
+    assert [e.name for e in other.events] == ["an event"]
 
 
 def test_attributes_spans_share_travel_once_per_batch_and_read_back_on_every_span() -> None:
