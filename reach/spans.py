@@ -21,7 +21,6 @@ them agree on one spelling.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -168,9 +167,7 @@ class SpanRecord:
 #: and each link as ``[trace_id, span_id]``; then, optionally, the index of the batch's shared
 #: attributes it has too (its own attributes win over them). A span of status unset with no
 #: events and no links (most spans) may leave out status, message, events and links: its row is
-#: its first seven fields and its attributes (then the index). A tuple of plain values only (its
-#: attributes a flat tuple, no events, no links) is no work for the garbage collector while it
-#: waits for its batch: Python stops tracking it at its first collection.
+#: its first seven fields and its attributes (then the index).
 SpanRow = Sequence[Any]
 _SHORT_ROW = 9  # the fields of a row that leaves them out, with an index
 
@@ -178,12 +175,17 @@ _KIND_OF = {k.value: k for k in SpanKind}
 _PACKER = msgpack.Packer()  # no hook: packing never runs Python code, so no thread interleaves
 
 
-def pack_row(row: SpanRow) -> bytes:
-    """One span's row packed (a value msgpack has no type for is packed as its text)."""
+def pack_row(row: SpanRow) -> bytes | None:
+    """One span's row packed, as :meth:`SpanBatch.join` takes it: a value msgpack has no type
+    for (an integer past 64 bits too) is packed as its text; None when even that fails (a
+    value whose text cannot be had)."""
     try:
         packed: bytes = _PACKER.pack(row)
     except (TypeError, ValueError, OverflowError):
-        packed = msgpack.packb(row, default=str)
+        try:
+            packed = msgpack.packb(row, default=str)
+        except Exception:  # (whatever the value's __str__ raised)
+            return None
     return packed
 
 
@@ -210,7 +212,7 @@ class SpanBatch(Sequence[SpanRecord]):
     store), once.
 
     Args:
-        data: The packed batch (:meth:`pack`'s).
+        data: The packed batch (:meth:`pack`'s or :meth:`join`'s).
     """
 
     __slots__ = ("_records", "data")
@@ -223,22 +225,22 @@ class SpanBatch(Sequence[SpanRecord]):
     def pack(cls, process: str, rows: Sequence[SpanRow],
              shared: Sequence[Mapping[str, AttrValue]] = ()) -> SpanBatch:
         """A batch of ``rows`` recorded by ``process``, with the attribute sets its rows name by
-        index (``shared``): packed in one go, or, when a value has no msgpack type, row by row
-        with such values (an integer past 64 bits too) as their text (:func:`pack_row`),
-        leaving out a row that cannot be packed even so (a value whose text cannot be had: its
+        index (``shared``); a row :func:`pack_row` cannot pack is left out (its
         :meth:`span_count` says how many are in)."""
         try:
             return cls(_PACKER.pack([process, rows, shared] if shared else [process, rows]))
         except (TypeError, ValueError, OverflowError):
-            pass
-        packed = []
-        for row in rows:
-            with contextlib.suppress(Exception):  # (whatever its value's __str__ raised)
-                packed.append(pack_row(row))
+            return cls.join(process, [p for p in map(pack_row, rows) if p is not None], shared)
+
+    @classmethod
+    def join(cls, process: str, packed: Sequence[bytes],
+             shared: Sequence[Mapping[str, AttrValue]] = ()) -> SpanBatch:
+        """A batch of rows packed one by one (:func:`pack_row`), recorded by ``process``, with
+        the attribute sets its rows name by index (``shared``)."""
         parts = [_PACKER.pack_array_header(3 if shared else 2), _PACKER.pack(process),
                  _PACKER.pack_array_header(len(packed)), *packed]
         if shared:
-            parts.append(pack_row(list(shared)))
+            parts.append(_PACKER.pack(list(shared)))
         return cls(b"".join(parts))
 
     def span_count(self) -> int:

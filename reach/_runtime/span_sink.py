@@ -1,5 +1,5 @@
 """Finished spans on their way from a process to the cluster's trace store, for the tracer of
-:mod:`reach._runtime.store_tracer`: held as they end, packed and sent in batches (one
+:mod:`reach._runtime.store_tracer`: each packed as it ends, sent in batches (one
 :class:`~reach.spans.SpanBatch` each) from the process's event loop, never waited for.
 """
 
@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 
-from reach.spans import AttrValue, SpanBatch, SpanRow
+from reach.spans import AttrValue, SpanBatch, SpanRow, pack_row
 
 log = logging.getLogger("reach._runtime.span_sink")
 
@@ -51,10 +51,10 @@ class SpanSink:
         self.process = process
         self.loop: asyncio.AbstractEventLoop | None = None
         self.dropped = 0
-        # Held as they end and packed as their batch leaves, all in one go. Most are tuples of
-        # plain values (see SpanRow), which the garbage collector stops tracking at its first
-        # look: held rows with lists or maps in them would be read by every full collection.
-        self._rows: list[SpanRow] = []
+        # Packed as they end, while what they hold is fresh in the processor's caches (packed
+        # as their batch leaves, they take twice as long), and no work for the garbage collector
+        # while they wait, where a row's lists and maps would be read by every full collection.
+        self._rows: list[bytes] = []
         # The attribute sets the rows held name by index, and their indexes by the identity of
         # each (kept alive by the list: no ID is reused). The lock keeps a row that names one
         # and the table it names it in together, whichever threads add and flush.
@@ -67,9 +67,8 @@ class SpanSink:
     def add(self, row: SpanRow, shared: SharedAttributes | None = None) -> None:
         """Holds one finished span (from any thread; the loop's is the usual one), with the
         attributes it shares with others (``shared``: one object for all of them, never
-        changed, sent once per batch; its own attributes, in ``row``, win over them). ``row``
-        is held as it is (a tuple: with the index of ``shared`` after it, a copy), never
-        changed afterwards by its giver."""
+        changed, sent once per batch; its own attributes, in ``row``, win over them). A row
+        that cannot be packed is dropped (counted)."""
         lock = self._lock
         lock.acquire()  # (not ``with``: half the time, on every span)
         try:
@@ -82,11 +81,12 @@ class SpanSink:
                 if index is None:
                     index = self._shared_index[id(shared)] = len(self._shared)
                     self._shared.append(shared)
-                if type(row) is tuple:
-                    row += (index,)
-                else:
-                    row.append(index)  # type: ignore[attr-defined]
-            rows.append(row)
+                row = (*row, index)
+            packed = pack_row(row)
+            if packed is None:
+                self.dropped += 1
+                return
+            rows.append(packed)
             full = len(rows) >= BATCH_SPANS
         finally:
             lock.release()
@@ -129,10 +129,8 @@ class SpanSink:
             shared, held = self._shared, self._rows
             self._shared, self._shared_index, self._rows = [], {}, []
         for at in range(0, len(held), BATCH_SPANS):
-            rows = held[at:at + BATCH_SPANS]
-            batch = SpanBatch.pack(self.process, rows, shared)
-            self.dropped += len(rows) - batch.span_count()  # (none but values msgpack refuses)
-            self._start(batch, len(rows))
+            batch = held[at:at + BATCH_SPANS]
+            self._start(SpanBatch.join(self.process, batch, shared), len(batch))
 
     def _start(self, batch: SpanBatch, count: int) -> None:
         if not start_send(self._send, batch):

@@ -65,8 +65,7 @@ KEPT_FLAGS = _SAMPLED | _RANDOM
 _STATUSES = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
 _UNSET = Status(StatusCode.UNSET)
 #: A span's own attributes: a map, or keys and values in turn in one flat tuple (as reach's send
-#: and handler spans start with theirs: a span that ends with them so goes to its sink as plain
-#: values, see SpanRow).
+#: and handler spans start with theirs, which is quicker to make and to pack, see SpanRow).
 OwnAttributes = dict[str, AttrValue] | tuple[str | AttrValue, ...]
 
 
@@ -251,9 +250,9 @@ class StoreSpan(Span):
             return
         status, attributes = self._status, self._attributes
         if (type(attributes) is tuple and status is _UNSET and self._events is None
-                and self._links is None):  # (a send's, a handler's) a tuple of plain values
+                and self._links is None):  # (a send's, a handler's) a short row
             sink.add((self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
-                      self._start_ns, end, attributes), self._shared)  # (a short row)
+                      self._start_ns, end, attributes), self._shared)
             return
         code, text = ("unset", "") if status is _UNSET else (
             _STATUSES[status.status_code], status.description or "")

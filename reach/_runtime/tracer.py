@@ -69,8 +69,8 @@ _ID_SPACE = 1 << 64
 _LOW_BITS = _ID_SPACE - 1
 _NO_TRACE = "0" * 32  # (the one ID of new_id's that W3C does not allow)
 # The names of a handler span's attributes, as plain names (read on every traced run), and as
-# plain text: an enum member in a span's attribute pairs would keep the garbage collector
-# tracking them (see reach.spans.SpanRow).
+# plain text where a span's own attributes name them (packed as each span ends: an enum member
+# takes msgpack's slower way).
 _AGENT_ID, _MSG_TYPE, _PAYLOAD_SCHEMA = Attr.AGENT_ID, Attr.MSG_TYPE, Attr.PAYLOAD_SCHEMA
 _SENDER, _SESSION_ID, _QUEUED_MS = (Attr.SENDER.value, Attr.SESSION_ID.value,
                                     Attr.QUEUED_MS.value)
