@@ -239,8 +239,8 @@ class SpanBatch(Sequence[SpanRecord]):
         the attribute sets its rows name by index (``shared``)."""
         parts = [_PACKER.pack_array_header(3 if shared else 2), _PACKER.pack(process),
                  _PACKER.pack_array_header(len(packed)), *packed]
-        if shared:
-            parts.append(_PACKER.pack(list(shared)))
+        if shared:  # (a set that cannot be packed even as text travels empty)
+            parts.append(pack_row(list(shared)) or _PACKER.pack([{} for _ in shared]))
         return cls(b"".join(parts))
 
     def span_count(self) -> int:

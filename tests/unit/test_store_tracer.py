@@ -412,12 +412,16 @@ def test_a_value_msgpack_refuses_goes_as_its_text_and_a_row_with_none_is_lost_al
         sink.flush()
         assert sink.dropped == 1
 
+        sink.add(row(4), {"odd": Odd(fails=True)})  # a shared set not even so: sent empty
+        sink.flush()
+
     run(scenario)
-    [batch] = batches
+    batch, other = batches
     assert batch.span_count() == 3
     assert [r.span_id for r in batch] == [row(n)[1] for n in (0, 1, 3)]
     assert batch[1].attributes == {"odd": "odd", "huge": str(1 << 70)}
     assert batch[2].attributes == {"reach.agent_id": "stt-x"}
+    assert [(r.span_id, r.attributes) for r in other] == [(row(4)[1], {})]
 
 
 class Odd:
