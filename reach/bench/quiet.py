@@ -8,7 +8,9 @@ the next one.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections.abc import Iterator
 
 #: Below this share of busy CPU time the machine counts as quiet.
 QUIET = 0.3
@@ -22,6 +24,24 @@ def cpu_times() -> tuple[int, int] | None:
     except (OSError, ValueError):
         return None
     return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
+
+
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """Every process of this machine still there as it is read: its PID and the fields of its
+    ``/proc/PID/stat`` after its command (state, parent's PID, ..., utime the 12th, stime the
+    13th); none where there is no ``/proc``."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                yield int(entry), stat.read().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
 
 
 def busy_since(before: tuple[int, int] | None) -> float | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import os
 import secrets
@@ -28,7 +27,7 @@ from reach._runtime.names import POOL_PREFIX
 from reach._runtime.pool_hosts import REPLACE_AFTER_S
 from reach.bench.agents import Crash, Incarnation, Ping, read_mark
 from reach.bench.anchors import ray_victim
-from reach.bench.quiet import busy_since, cpu_times
+from reach.bench.quiet import busy_since, cpu_times, process_stats
 
 #: Numbers the probes: each one's content differs from the others'.
 PROBES = itertools.count()
@@ -123,19 +122,8 @@ def raylets() -> int:
 
 def processes() -> dict[int, tuple[int, int]]:
     """Every process of this machine: pid -> (parent's pid, CPU ticks used so far)."""
-    found: dict[int, tuple[int, int]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                    fields = f.read().rpartition(")")[2].split()
-            except OSError:
-                continue  # ended meanwhile
-            # After the command: state, ppid, ... utime (12th) and stime.
-            found[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-    return found
+    return {pid: (int(fields[1]), int(fields[11]) + int(fields[12]))
+            for pid, fields in process_stats()}
 
 
 def descendants(root: int, procs: dict[int, tuple[int, int]]) -> set[int]:

@@ -40,7 +40,7 @@ import reach
 from reach.bench.agents import Item, ItemEcho
 from reach.bench.anchors import connect, disconnect, gcs_address, kill, raw_actor
 from reach.bench.progress import Meter
-from reach.bench.quiet import settle
+from reach.bench.quiet import process_stats, settle
 from reach.bench.results import add_out, write
 
 AGENTS = 20
@@ -167,17 +167,12 @@ def processes_cpu_s() -> dict[int, tuple[str, float]]:
     if not os.path.isdir("/proc"):
         return found
     tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid, fields in process_stats():
         try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
                 program = cmdline.read().split(b"\0", 1)[0].decode(errors="replace")
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        pid = int(entry)
         if pid == os.getpid():
             name = "driver"
         elif program.startswith("ray::"):
