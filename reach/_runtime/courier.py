@@ -33,7 +33,7 @@ from reach import clock
 from reach._runtime.directory import NOTIFY_HOLD_S
 from reach._runtime.link import Link
 from reach._runtime.metrics import metrics
-from reach._runtime.tracer import TRACING, event, failed, start_send
+from reach._runtime.tracer import TRACING, dropped_new, event, failed, start_send
 from reach._runtime.transport import STREAM_END_SCHEMA, Pending, StaleRoute
 from reach.errors import AgentUnavailable, ReachError, RequestTimeout
 from reach.protocol import Envelope, MsgType
@@ -132,8 +132,9 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:
-            span, env = start_send(tracer, env, capability, self.parent, fresh,
-                                   fresh and self.trace_id is None)
+            made = fresh and self.parent is None and self._trace_id is None
+            if not (made and dropped_new(env)):  # (a new trace sampled out: no span at all)
+                span, env = start_send(tracer, env, capability, self.parent, fresh, made)
         try:
             reply = await self._call_once(env, span)
             outcome = "ok"
@@ -213,11 +214,11 @@ class Courier:
             AgentUnavailable: the receiver is offline, or its host is gone.
         """
         tracer = TRACING.tracer
-        if tracer is None:
+        made = fresh and self.parent is None and self._trace_id is None
+        if tracer is None or (made and dropped_new(env)):  # (a new trace sampled out: no span)
             await self._post(env)
             return
-        span, env = start_send(tracer, env, None, self.parent, fresh,
-                               fresh and self.trace_id is None)
+        span, env = start_send(tracer, env, None, self.parent, fresh, made)
         try:
             await self._post(env)
         except ReachError as exc:
@@ -257,8 +258,9 @@ class Courier:
         tracer = TRACING.tracer
         span = None
         if tracer is not None:  # not made current: the stream's consumer runs between chunks
-            span, env = start_send(tracer, env, None, self.parent, fresh,
-                                   fresh and self.trace_id is None)
+            made = fresh and self.parent is None and self._trace_id is None
+            if not (made and dropped_new(env)):  # (a new trace sampled out: no span at all)
+                span, env = start_send(tracer, env, None, self.parent, fresh, made)
         try:
             async with contextlib.aclosing(self._chunks(env)) as chunks:
                 async for chunk in chunks:

@@ -59,7 +59,7 @@ from reach._runtime.store_tracer import (
 )
 from reach._version import __version__
 from reach.errors import ReachError
-from reach.protocol import TRACE_ID_BYTES, Envelope, MsgType, w3c_id_bytes
+from reach.protocol import TRACE_ID_BYTES, Envelope, MsgType, match_trace_id, w3c_id_bytes
 from reach.spans import Attr, AttrValue, SpanName
 
 #: The name of reach's tracer (its instrumentation scope).
@@ -68,6 +68,7 @@ TRACER_NAME = "reach"
 _ID_SPACE = 1 << 64
 _LOW_BITS = _ID_SPACE - 1
 _NO_TRACE = "0" * 32  # (the one ID of new_id's that W3C does not allow)
+_TRACE_HEX = 2 * TRACE_ID_BYTES  # (hex digits)
 # The names of a handler span's attributes, as plain names (read on every traced run), and as
 # plain text where a span's own attributes name them (packed as each span ends: an enum member
 # takes msgpack's slower way).
@@ -171,7 +172,7 @@ def traced(env: Envelope, span: Span) -> Envelope:
                                   int(ctx.trace_flags))
 
 
-def start_send(  # noqa: PLR0911, PLR0912, PLR0917 - every send runs it: all inline
+def start_send(  # noqa: PLR0917 - every send runs it: all inline
         tracer: Tracer, env: Envelope, capability: str | None = None,
         parent: Envelope | None = None, fresh: bool = False,
         made: bool = False) -> tuple[Span, Envelope]:
@@ -204,20 +205,15 @@ def start_send(  # noqa: PLR0911, PLR0912, PLR0917 - every send runs it: all inl
         elif parent is not None and sampled_out(parent):  # its handler runs in no span
             out: Span = NonRecordingSpan(_remote(parent))
             return out, env if dropped(env) else traced(env, out)
-        elif made:  # a new trace, of an ID reach made: compared as its text (see dropped)
+        else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
             new, trace_id = True, env.trace_id
-            if trace_id != _NO_TRACE:
+            # (dropped() and trace_int(), inline: every send asks; an ID reach made for it is
+            # read as it is, any other checked to be a W3C one)
+            if trace_id != _NO_TRACE if made else match_trace_id(trace_id):
                 drop_hex = TRACING.drop_hex
                 if drop_hex is not None and env.span_id is None and trace_id[16:] >= drop_hex:
                     return INVALID_SPAN, env
                 seed = int(trace_id, 16)
-        else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
-            raw, new = w3c_id_bytes(env.trace_id, TRACE_ID_BYTES), True
-            if raw is not None:  # (dropped() and trace_int(), inline: every send asks)
-                drop_from = TRACING.drop_from
-                if drop_from is not None and env.span_id is None and raw[8:] >= drop_from:
-                    return INVALID_SPAN, env
-                seed = int.from_bytes(raw)
     key = (env.sender, env.receiver, env.msg_type, capability)
     shared, name = _SENDS.get(key) or _send_shared(key)
     own: OwnAttributes = () if env.session_id is None else (_SESSION_ID, env.session_id)
@@ -268,14 +264,33 @@ def dropped(env: Envelope, trace_id: int | None = None) -> bool:
     """Whether reach's sampler drops ``env``'s trace (of ``trace_id`` when given: the
     envelope's then, or it is not dropped), so that it may travel with no trace context: every
     reach process decides the same from the trace ID alone (reach's sampler keeps a trace by
-    its ID, see :func:`keeps`: its low 64 bits, as 8 big-endian bytes, compared with the
-    bound's)."""
-    drop_from = TRACING.drop_from
-    if drop_from is None or env.span_id is not None:
+    its ID, see :func:`keeps`: its low 64 bits, its last 16 hex digits, compared with the
+    bound's). Every envelope a traced process takes asks: the ID is compared as text first,
+    and only one at or above the bound is checked to be a W3C one (32 lowercase hex digits,
+    not all zeros)."""
+    drop_hex = TRACING.drop_hex
+    if drop_hex is None or env.span_id is not None:
         return False
-    raw = w3c_id_bytes(env.trace_id, TRACE_ID_BYTES)
-    return (raw is not None and raw[8:] >= drop_from
-            and (trace_id is None or int.from_bytes(raw) == trace_id))
+    text = env.trace_id
+    if len(text) != _TRACE_HEX or text[16:] < drop_hex or text == _NO_TRACE:
+        return False
+    try:
+        return (bytes.fromhex(text).hex() == text  # (hex, and lowercase)
+                and (trace_id is None or int(text, 16) == trace_id))
+    except ValueError:  # not hex
+        return False
+
+
+def dropped_new(env: Envelope) -> bool:
+    """Whether a send of ``env``, an envelope reach just built with a trace ID it made for it
+    (:func:`~reach.protocol.new_id`'s: 32 lowercase hex digits) and no trace context, goes as
+    it is, with no span: reach's sampler drops its trace and no span is current. What
+    :func:`start_send` decides first for such a send, for a caller to ask before anything
+    else: every request a driver sends asks."""
+    drop_hex = TRACING.drop_hex
+    trace_id = env.trace_id
+    return (drop_hex is not None and trace_id[16:] >= drop_hex and trace_id != _NO_TRACE
+            and current_span() is INVALID_SPAN)
 
 
 def sampled_out(env: Envelope) -> bool:
@@ -370,7 +385,8 @@ def internal(name: str, attributes: Mapping[str, AttrValue], *,
             raise
 
 
-__all__ = ["SEED", "SHARED_KEPT", "TRACER_NAME", "TRACING", "capability_for", "dropped",
+__all__ = ["SEED", "SHARED_KEPT", "TRACER_NAME", "TRACING", "capability_for",
+           "dropped", "dropped_new",
            "envelope_context", "event", "failed", "handle_shared", "internal", "keeps",
            "remember", "sampled_out", "start", "start_handle", "start_send", "trace_int",
            "traced", "use"]

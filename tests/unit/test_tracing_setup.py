@@ -9,18 +9,35 @@ import random
 import sys
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+)
 
 import reach
 import reach._runtime
 from reach._runtime.span_export import SeededIds, StoreExporter, to_record
 from reach._runtime.store_tracer import StoreTracerProvider
 from reach._runtime.trace_setup import check_installed, install, setup
-from reach._runtime.tracer import TRACING, dropped, keeps, start, start_send, trace_int, use
+from reach._runtime.tracer import (
+    TRACING,
+    dropped,
+    dropped_new,
+    keeps,
+    start,
+    start_send,
+    trace_int,
+    use,
+)
 from reach.errors import ConfigError
 from reach.spans import SpanKind as RecordKind
 from reach.spans import SpanStatus
@@ -189,6 +206,7 @@ def test_reach_s_sampler_drops_what_the_sdk_s_ratio_sampler_does_not_keep(ratio:
                                          trace_id=f"{trace_id:032x}")
             kept = sampler.should_sample(None, trace_id, "x").decision.is_sampled()
             assert dropped(env) is (not kept), f"{trace_id:032x}"
+            assert dropped_new(env) is (not kept), f"{trace_id:032x}"  # (a courier's first ask)
             assert keeps(trace_id, bound) is kept
             assert TRACING.tracer is not None
             # The sender decides the same, reading an ID it made as its text or checking it.
@@ -214,6 +232,32 @@ def test_a_send_of_an_all_zeros_trace_id_reach_made_starts_a_trace_of_its_own() 
             assert sent.span_id is not None
             assert sent.trace_id != "0" * 32
             assert trace_int(sent.trace_id) != 0
+    finally:
+        use(None)
+    use(StoreTracerProvider(0.0, None), 0.0)  # every trace dropped, but no such ID's to drop
+    try:
+        assert not dropped(env)
+        assert not dropped_new(env)
+    finally:
+        use(None)
+
+
+def test_a_send_under_a_current_span_is_of_its_trace_whatever_its_own_id() -> None:
+    # A driver's send starts a new trace where no span is current, and goes as it is when the
+    # sampler drops that; under a span current where it sends (the application's, sampled out
+    # here), it is of that span's trace and carries its context on.
+    use(StoreTracerProvider(0.0, None), 0.0)
+    try:
+        tracer = TRACING.tracer
+        assert tracer is not None
+        env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0")
+        assert dropped_new(env)
+        outer = NonRecordingSpan(SpanContext(int(TRACE, 16), 0x00F067AA0BA902B7, False))
+        with trace.use_span(outer):
+            assert not dropped_new(env)
+            span, sent = start_send(tracer, env, made=True)
+        assert span is outer
+        assert (sent.trace_id, sent.span_id, sent.trace_flags) == (TRACE, "00f067aa0ba902b7", 0)
     finally:
         use(None)
 
