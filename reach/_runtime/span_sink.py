@@ -27,8 +27,12 @@ STORE_QUEUE = 32_768
 #: Spans a batch holds at most, and how long a span waits for its batch to leave (seconds).
 #: Ray puts an argument of over 100 KB in its object store, and such a call costs its caller
 #: about 1.1 ms of CPU whatever its size up to 1 MB (0.45 ms for a small one): 4,096 spans
-#: (400 to 600 KB) cost about 0.3 us a span to send where 1,024 cost 1.1 us.
-BATCH_SPANS, BATCH_DELAY_S = 4096, 0.5
+#: (400 to 600 KB) cost about 0.3 us a span to send where 1,024 cost 1.1 us. A process that
+#: samples few traces sends a small batch each time the delay ends, each a call to the store
+#: in the sender, the store and Ray's own processes: every two seconds rather than every half
+#: second, the trace store's process took some 0.4 us a message less at 1% sampling in the
+#: tracing benchmark (OpenTelemetry's batch processor waits five seconds).
+BATCH_SPANS, BATCH_DELAY_S = 4096, 2.0
 
 #: The loop running in this thread, or None (asyncio's low-level getter: it never raises; it
 #: asks the system for the process's ID each time, so a span's end does not call it).
