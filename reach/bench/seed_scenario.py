@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -59,33 +60,39 @@ CONTESTANTS = ("raw", *REACH)
 
 
 async def drive(send: Callable[[int], Awaitable[Any]], total: int, inflight: int,
-                progress: str | None = None) -> dict[str, float]:
-    """Keeps ``inflight`` requests outstanding until ``total`` are done; returns the figures
+                progress: str | None = None, *, seconds: float | None = None,
+                ) -> dict[str, float]:
+    """Keeps ``inflight`` requests outstanding until ``total`` are done (or, with
+    ``seconds``, until that long has passed: no request starts after it); returns the figures
     (with ``progress``, a line so labelled says the rate every few seconds)."""
     meter = Meter(progress, total=total) if progress else None
     latencies: list[float] = []
     next_i = 0
+    started = time.perf_counter()
+    until = math.inf if seconds is None else started + seconds
 
     async def worker() -> None:
         nonlocal next_i
         while next_i < total:
+            t0 = time.perf_counter()
+            if t0 >= until:
+                return
             i = next_i
             next_i += 1
-            t0 = time.perf_counter()
             await send(i)
             latencies.append(time.perf_counter() - t0)
             if meter is not None:
                 meter.add()
 
-    started = time.perf_counter()
     if meter is None:
         await asyncio.gather(*(worker() for _ in range(inflight)))
     else:
         async with meter.watching():
             await asyncio.gather(*(worker() for _ in range(inflight)))
     wall = time.perf_counter() - started
+    done = len(latencies)
     q = statistics.quantiles(latencies, n=100, method="inclusive")
-    return {"messages": total, "seconds": round(wall, 3), "msgs_per_s": round(total / wall, 1),
+    return {"messages": done, "seconds": round(wall, 3), "msgs_per_s": round(done / wall, 1),
             "p50_ms": round(q[49] * 1000, 2), "p95_ms": round(q[94] * 1000, 2),
             "p99_ms": round(q[98] * 1000, 2)}
 
@@ -110,22 +117,50 @@ async def run_raw(total: int, inflight: int, label: str = "raw") -> dict[str, fl
 async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, total: int,
                     inflight: int) -> dict[str, Any]:
     """A reach contestant's round: ``AGENTS`` agents placed by ``placement``, by ID."""
-    ids = [f"{prefix}-{i}" for i in range(AGENTS)]
-    records = await rt.spawn_many(ItemEcho, ids, placement=placement)
-    item = Item(**PAYLOAD)
+    round_ = await start_agents(rt, placement, prefix, inflight)
+    result = await measure(round_, total, inflight, prefix)
+    await stop_agents(round_)
+    return result
 
-    async def send(i: int) -> Any:
-        reply = await rt.client.request(ids[i % AGENTS], item)
+
+class Agents:
+    """A reach contestant's agents, up and warm, and how to send them a request."""
+
+    def __init__(self, rt: reach.Runtime, placement: reach.Placement, ids: list[str],
+                 hosts: list[str]) -> None:
+        self.rt, self.placement, self.ids, self.hosts = rt, placement, ids, hosts
+        self.item = Item(**PAYLOAD)
+
+    async def send(self, i: int) -> Any:
+        """Request ``i`` (to the agents in turn)."""
+        reply = await self.rt.client.request(self.ids[i % AGENTS], self.item)
         assert reply.value.qty == 4
         return reply
 
-    await drive(send, min(total, 500), inflight)  # warm-up
+
+async def start_agents(rt: reach.Runtime, placement: reach.Placement, prefix: str,
+                       inflight: int) -> Agents:
+    """Spawns ``AGENTS`` agents placed by ``placement`` and warms them up (500 requests)."""
+    ids = [f"{prefix}-{i}" for i in range(AGENTS)]
+    records = await rt.spawn_many(ItemEcho, ids, placement=placement)
+    agents = Agents(rt, placement, ids, sorted({record.host for record in records}))
+    await drive(agents.send, 500, inflight)  # warm-up
+    return agents
+
+
+async def measure(agents: Agents, total: int, inflight: int, label: str | None, *,
+                  seconds: float | None = None) -> dict[str, Any]:
+    """``total`` requests to the agents (or as many as ``seconds`` allows, see :func:`drive`),
+    ``inflight`` at a time: msg/s, latency and the CPU each message took, in the driver, the
+    hosts, the machine and each kind of process."""
+    rt = agents.rt
     sent0, batches0 = rt.transport.envelopes_sent, rt.transport.batches_sent
-    hosts = sorted({record.host for record in records})
     each0 = processes_cpu_s()  # (read outside the driver's own figures)
-    cpu0 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
-    result: dict[str, Any] = dict(await drive(send, total, inflight, prefix))
-    cpu1 = time.process_time(), await _hosts_cpu(rt, hosts), machine_cpu_s()
+    cpu0 = time.process_time(), await _hosts_cpu(rt, agents.hosts), machine_cpu_s()
+    result: dict[str, Any] = dict(await drive(agents.send, total, inflight, label,
+                                              seconds=seconds))
+    total = result["messages"]
+    cpu1 = time.process_time(), await _hosts_cpu(rt, agents.hosts), machine_cpu_s()
     each1 = processes_cpu_s()
     batches = rt.transport.batches_sent - batches0
     result["driver_batch_mean"] = round((rt.transport.envelopes_sent - sent0) / max(batches, 1), 1)
@@ -136,13 +171,18 @@ async def run_reach(rt: reach.Runtime, placement: reach.Placement, prefix: str, 
         result["machine_cpu_us"] = round((cpu1[2] - cpu0[2]) / total * 1e6, 1)
     if each1:
         result["processes_cpu_us"] = cpu_by_process(each0, each1, total)
-    for agent_id in ids:
+    return result
+
+
+async def stop_agents(agents: Agents) -> None:
+    """Stops the agents (and ends a pool's hosts: they outlive their agents)."""
+    rt = agents.rt
+    for agent_id in agents.ids:
         await rt.stop(agent_id)
-    if isinstance(placement, reach.Packed):  # pool hosts outlive their agents: end them too
-        for host in {record.host for record in records}:
+    if isinstance(agents.placement, reach.Packed):
+        for host in agents.hosts:
             with contextlib.suppress(reach.ReachError):  # gone already
                 rt.cluster.kill(rt.cluster.host(host))
-    return result
 
 
 def machine_cpu_s() -> float | None:
@@ -314,16 +354,28 @@ async def conduct(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None, description: str, contestants: Sequence[str],
-               quick_help: str) -> argparse.Namespace:
+               quick_help: str, *, messages: int = 5000, rounds: int = 3,
+               turns: int | None = None, seconds: float = 3.0) -> argparse.Namespace:
     """The flags of a benchmark of contestants taking turns (``quick_help``: what ``--quick``
-    does, as its help says)."""
+    does, as its help says), with their defaults; ``turns``: the default of ``--turns`` and
+    ``seconds`` that of ``--seconds`` (a turn's length, see :mod:`reach.bench.turns`), None
+    for a benchmark without them."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--messages", type=int, default=messages,
+                        help="messages a round measures")
     parser.add_argument("--inflight", type=int, default=100)
     parser.add_argument("--address", default=None)
     parser.add_argument("--quick", action="store_true", help=quick_help)
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="turns each contestant takes (its best one is reported)")
+    if turns is None:
+        parser.add_argument("--rounds", type=int, default=rounds,
+                            help="rounds each contestant takes (its best one is reported)")
+    else:
+        parser.add_argument("--rounds", type=int, default=rounds,
+                            help="rounds, each with fresh drivers, agents and hosts")
+        parser.add_argument("--turns", type=int, default=turns,
+                            help="turns each contestant takes in each round")
+        parser.add_argument("--seconds", type=float, default=seconds,
+                            help="how long a turn lasts")
     parser.add_argument("--contestant", choices=contestants, default=None,
                         help="run one round of one contestant (a child driver), print its JSON")
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
@@ -331,6 +383,8 @@ def parse_args(argv: Sequence[str] | None, description: str, contestants: Sequen
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.inflight, args.rounds = 1000, 50, 1
+        if turns is not None:
+            args.turns, args.seconds = 1, 1.0
     return args
 
 

@@ -1,31 +1,30 @@
-"""What tracing costs: the seed scenario's packed contestant with tracing off, sampling 1% of
-traces, and sampling all of them, in one run.
+"""What tracing costs: the seed scenario's packed agents with tracing off, sampling 1% of traces,
+and sampling all of them, in one run, each beside tracing off at the same moment.
 
-Each contestant is the seed scenario's packed round (20 agents in a pool of 2 hosts, security
-off, 100 requests in flight; see :mod:`reach.bench.seed_scenario`), run by a driver of its own
-whose ``reach.init(tracing=...)`` says how every process of the round traces: ``off``
-(``tracing=False``: the API's no-op), ``sampled_1pct`` and ``sampled_100pct`` (the SDK, a
-parent-based ratio sampler, and the spans batched to the cluster's trace store; no OTLP
-collector). They take turns, ``--rounds`` times each in alternating order, each reporting its
-best round, the median of its rounds and their mean: over an even number of rounds every
-contestant's rounds sit on average at the same moment of the run, so that the means cancel a
-steady drift of the machine's speed, which the best rounds do not (the round run first is often
-the best). Where the machine's speed moves from minute to minute, up and down, neither holds:
-the median of each round's cost against ``off``'s round of the same number, run beside it, does
-(:func:`round_costs`). Prints msg/s, latency and CPU per message (the driver's process and the
-hosts' together, where ``/proc/stat`` exists every process of the machine's, the trace store's
-and Ray's own included, and each kind of process's, over the measured messages) for each, and
-the throughput (of the best rounds, the medians, the means and round by round) and CPU each
-sampling costs against ``off``; writes ``tracing.json`` into the results folder
-(:mod:`reach.bench.results`). Run: ``python -m reach.bench.tracing [--messages N]
-[--inflight K] [--address ADDR] [--quick] [--out DIR]``.
+Each contestant is the seed scenario's packed agents (20 agents in a pool of 2 hosts, security
+off, 100 requests in flight; see :mod:`reach.bench.seed_scenario`), driven by a driver of its
+own whose ``reach.init(tracing=...)`` says how every process of it traces: ``off``
+(``tracing=False``: the API's no-op), ``sampled_1pct`` and ``sampled_100pct`` (reach's
+parent-based ratio sampler, the spans batched to the cluster's trace store; no OTLP
+collector), and ``off_control``, tracing off again. The machine this was first measured on
+changes speed from second to second, by 10% and more, so that rounds run one after the other
+differ by more than 1% sampling costs. Here ``off`` runs side by side with each of the others
+in turn (:func:`reach.bench.turns.side_by_side`): both for the same ``--seconds``, sharing the
+machine at the same speed, and each turn's cost is 1 less the other's msg/s over ``off``'s of
+the same seconds. ``off_control`` beside ``off`` measures the method itself: what it says two
+equal contestants differ by. Each contestant's cost is the median of its turns' (with their
+mean and that mean's 95% interval, two standard errors either side), and the same for the CPU
+each message took in its driver and hosts. Prints each turn's msg/s, latency and CPU per
+message; writes ``tracing.json`` into the results folder (:mod:`reach.bench.results`). Run:
+``python -m reach.bench.tracing [--seconds S] [--turns T] [--rounds R] [--inflight K]
+[--address ADDR] [--quick] [--out DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -34,81 +33,102 @@ from typing import Any
 import reach
 from reach.bench.anchors import gcs_address
 from reach.bench.results import write
-from reach.bench.seed_scenario import AGENTS, best_rounds, parse_args, reach_round, show
+from reach.bench.seed_scenario import (
+    AGENTS,
+    measure,
+    parse_args,
+    show,
+    start_agents,
+    stop_agents,
+)
+from reach.bench.turns import paired_costs, serve, side_by_side
 
-#: Each contestant's tracing (None: off).
-SAMPLING: dict[str, float | None] = {"off": None, "sampled_1pct": 0.01, "sampled_100pct": 1.0}
+#: Each contestant's tracing (None: off); the first is the one the others run beside.
+SAMPLING: dict[str, float | None] = {"off": None, "sampled_1pct": 0.01, "sampled_100pct": 1.0,
+                                     "off_control": None}
 CONTESTANTS = tuple(SAMPLING)
+#: The defaults: rounds (fresh drivers, agents and hosts each), turns each contestant takes
+#: beside ``off`` in a round, and how long a turn lasts (seconds).
+ROUNDS, TURNS, SECONDS = 2, 8, 3.0
 
 
-async def contestant(args: argparse.Namespace) -> dict[str, Any]:
-    """One round of one contestant, in this (child) driver process: the seed scenario's packed
-    round, security off, tracing as the contestant says."""
+async def contestant(args: argparse.Namespace) -> None:
+    """One contestant's round, in this (child) driver process: the seed scenario's packed
+    agents (security off, tracing as the contestant says) up and warm, then a turn measured
+    each time the conductor says (:func:`reach.bench.turns.serve`)."""
     ratio = SAMPLING[args.contestant]
     tracing: reach.Tracing | bool = False if ratio is None else reach.Tracing(sample_ratio=ratio)
-    return await reach_round(args, f"tr-{args.contestant}-{args.round}", "packed", sign=False,
-                             encrypt=False, audit_calls=False, tracing=tracing)
+    rt = reach.init(address=args.address, log_to_driver=False, sign=False, encrypt=False,
+                    audit_calls=False, tracing=tracing)
+    name = f"tr-{args.contestant}-{args.round}"
+    agents = await start_agents(rt, reach.Packed(pool=name, size=2), name, args.inflight)
+
+    async def turn(_number: int, seconds: float | None) -> dict[str, Any]:
+        total = args.messages if seconds is None else sys.maxsize  # (as many as it allows)
+        return await measure(agents, total, args.inflight, None, seconds=seconds)
+
+    await serve(turn)
+    await stop_agents(agents)
+    await rt.close()
 
 
-def round_costs(rates: Sequence[float], off_rates: Sequence[float]) -> list[float]:
-    """What a contestant costs against ``off`` in each round: 1 less its msg/s over off's of the
-    same round (``rates`` and ``off_rates`` in the order run). The rounds of one round number
-    run one after the other, minutes from those of the next: where the machine's speed moves
-    from minute to minute, the median of these compares each contestant with ``off`` at the
-    speed of its own moment, which neither the best rounds nor the means do."""
-    return [1 - rate / off for rate, off in zip(rates, off_rates, strict=True)]
+def compare(results: dict[str, Any]) -> None:
+    """Adds to each contestant's figures (:func:`~reach.bench.turns.side_by_side`'s) what it
+    costs against ``off`` beside it: of its msg/s (``cost_vs_off``: the median of its turns',
+    every turn's in ``costs_vs_off``, their mean in ``mean_cost_vs_off`` and that mean's 95%
+    interval in ``cost_interval``), and of the CPU each message took in its driver and hosts
+    together (``cpu_cost_vs_off``, the median of its turns')."""
+    beside = results[CONTESTANTS[0]]["beside"]
+    for name in CONTESTANTS[1:]:
+        mine, offs = results[name], beside[name]
+        costs = paired_costs([turn["msgs_per_s"] for turn in mine["turns"]],
+                             [turn["msgs_per_s"] for turn in offs])
+        mine["costs_vs_off"] = [round(cost, 4) for cost in costs]
+        mine["cost_vs_off"] = round(statistics.median(costs), 4)
+        mean = statistics.fmean(costs)
+        half = 2 * statistics.stdev(costs) / math.sqrt(len(costs)) if len(costs) > 1 else math.inf
+        mine["mean_cost_vs_off"] = round(mean, 4)
+        mine["cost_interval"] = [round(mean - half, 4), round(mean + half, 4)]
+        mine["cpu_cost_vs_off"] = round(statistics.median(paired_costs(
+            [_cpu(turn) for turn in mine["turns"]], [_cpu(turn) for turn in offs],
+            more_is_better=False)), 4)
+
+
+def _cpu(turn: dict[str, Any]) -> float:
+    """A turn's CPU per message in its driver and hosts together (microseconds)."""
+    return float(turn["driver_cpu_us"] + turn["hosts_cpu_us"])
 
 
 async def conduct(args: argparse.Namespace) -> dict[str, Any]:
-    """Runs every round of every contestant; their best rounds, compared."""
+    """Runs every round and turn; the contestants' figures, compared."""
     rt = reach.init(address=args.address, log_to_driver=False, sign=False, tracing=False)
     address = args.address or gcs_address()
     await rt.agents()  # reach.init returns before its registry is up
-    print(f"{AGENTS} packed agents, {args.inflight} requests in flight, {args.messages} "
-          "messages each")
-    best = await best_rounds(CONTESTANTS, address, args, module="reach.bench.tracing")
-    off = best["off"]
-    for name in CONTESTANTS:
-        best[name]["cost_vs_off"] = round(1 - best[name]["msgs_per_s"] / off["msgs_per_s"], 3)
-        for kind in ("median", "mean"):
-            best[name][f"{kind}_cost_vs_off"] = round(
-                1 - best[name][f"{kind}_msgs_per_s"] / off[f"{kind}_msgs_per_s"], 3)
-        costs = round_costs(best[name]["rounds_msgs_per_s"], off["rounds_msgs_per_s"])
-        best[name]["rounds_cost_vs_off"] = [round(cost, 3) for cost in costs]
-        best[name]["paired_cost_vs_off"] = round(statistics.median(costs), 3)
-        show(name, best[name])
-    print("cost of tracing vs off, best rounds: " + ", ".join(
-        f"{name} {best[name]['cost_vs_off']:.1%}" for name in CONTESTANTS[1:])
-        + "; median rounds: " + ", ".join(
-        f"{name} {best[name]['median_cost_vs_off']:.1%}" for name in CONTESTANTS[1:])
-        + "; mean of the rounds: " + ", ".join(
-        f"{name} {best[name]['mean_cost_vs_off']:.1%}" for name in CONTESTANTS[1:])
-        + "; median of each round's against off's of the same round: " + ", ".join(
-        f"{name} {best[name]['paired_cost_vs_off']:.1%}" for name in CONTESTANTS[1:]))
-    cpu = {name: best[name]["driver_cpu_us"] + best[name]["hosts_cpu_us"] for name in CONTESTANTS}
-    print("CPU per message vs off (driver and hosts): " + ", ".join(
-        f"{name} {cpu[name] - cpu['off']:+.1f} us ({cpu[name] / cpu['off'] - 1:+.1%})"
-        for name in CONTESTANTS[1:]))
-    if all("machine_cpu_us" in best[name] for name in CONTESTANTS):
-        machine = {name: best[name]["machine_cpu_us"] for name in CONTESTANTS}
-        print("CPU per message vs off (every process of the machine): " + ", ".join(
-            f"{name} {machine[name] - machine['off']:+.1f} us "
-            f"({machine[name] / machine['off'] - 1:+.1%})" for name in CONTESTANTS[1:]))
-    if all("processes_cpu_us" in best[name] for name in CONTESTANTS):
-        print("CPU per message by process (us): " + "; ".join(
-            f"{name}: " + ", ".join(f"{proc} {cpu}" for proc, cpu in
-                                    list(best[name]["processes_cpu_us"].items())[:6])
-            for name in CONTESTANTS))
+    print(f"{AGENTS} packed agents a contestant, {args.inflight} requests in flight, "
+          f"{args.rounds} rounds of {args.turns} turns of {args.seconds:g} s beside off")
+    results = await side_by_side(CONTESTANTS, address, args, module="reach.bench.tracing",
+                                 show=show)
+    compare(results)
+    off = results[CONTESTANTS[0]]
+    print(f"off beside the others: median {off['median_msgs_per_s']:.0f} msg/s")
+    for name in CONTESTANTS[1:]:
+        mine = results[name]
+        low, high = mine["cost_interval"]
+        print(f"{name:<15} median {mine['median_msgs_per_s']:>6.0f} msg/s; cost vs off beside "
+              f"it {mine['cost_vs_off']:+.1%} (median of {len(mine['costs_vs_off'])} turns; "
+              f"mean {mine['mean_cost_vs_off']:+.1%}, 95% {low:+.1%} to {high:+.1%}); CPU "
+              f"per message in driver and hosts {mine['cpu_cost_vs_off']:+.1%}", flush=True)
     await rt.close()
-    return best
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the comparison (or, with ``--contestant``, one round of one contestant)."""
     args = parse_args(argv, (__doc__ or "").splitlines()[0], CONTESTANTS,
-                      "1,000 messages, 50 in flight, one round; figures to quick/")
+                      "50 in flight, one round of one turn of 1 s; figures to quick/",
+                      rounds=ROUNDS, turns=TURNS, seconds=SECONDS)
     if args.contestant:
-        print(json.dumps(asyncio.run(contestant(args))), flush=True)
+        asyncio.run(contestant(args))
         return 0
     write(args, "tracing", asyncio.run(conduct(args)))
     return 0

@@ -7,7 +7,6 @@ import asyncio
 import importlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import reach.tools
-from reach.bench import BENCHMARKS, run_benchmark, seed_scenario, tracing
+from reach.bench import BENCHMARKS, run_benchmark, seed_scenario, tracing, turns
 from reach.bench.progress import Meter
 from reach.bench.results import folder, write
 from reach.errors import ConfigError
@@ -342,18 +341,133 @@ def test_the_means_of_an_even_number_of_alternating_rounds_cancel_a_steady_drift
         assert [len(got[name]["rounds_msgs_per_s"]) for name in names] == [rounds] * 3
 
 
-def test_the_median_of_each_round_s_cost_against_off_s_beside_it_holds_as_the_speed_moves(
-        ) -> None:
-    # A machine whose speed moves from round to round, up and down, and holds within one:
-    # contestants costing 2% and 12% cost that in every round, whatever the best rounds and
-    # the means say.
+def test_each_turn_s_cost_is_against_off_s_of_the_same_seconds_whatever_the_speed() -> None:
+    # A machine whose speed moves from turn to turn, up and down, and holds within one:
+    # contestants costing 2% and 12% cost that in every turn, in msg/s and in CPU a message.
     speeds = [1.0, 0.82, 1.12, 0.9, 0.95, 1.05]
     off = [10_000 * speed for speed in speeds]
     for cost in (0.02, 0.12):
-        rates = [rate * (1 - cost) for rate in off]
-        rates[0] = off[0] * 1.01  # one lucky round
-        costs = tracing.round_costs(rates, off)
-        assert statistics.median(costs) == pytest.approx(cost)
-        assert costs[1:] == pytest.approx([cost] * 5)
+        costs = turns.paired_costs([rate * (1 - cost) for rate in off], off)
+        assert costs == pytest.approx([cost] * 6)
+        cpu = [60 / speed for speed in speeds]
+        assert turns.paired_costs([us * (1 + cost) for us in cpu], cpu,
+                                  more_is_better=False) == pytest.approx([cost] * 6)
     with pytest.raises(ValueError, match=r"shorter|longer"):
-        tracing.round_costs([1.0], [1.0, 2.0])
+        turns.paired_costs([1.0], [1.0, 2.0])
+
+
+class _Machine:
+    """The turns started, and the machine's speed, which moves from one turn to the next."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, float | None]] = []
+        self.speeds = iter([1.0, 0.8, 1.1, 0.9] * 100)
+        self.now = 1.0
+
+
+_MACHINE = _Machine()
+
+
+class _Child:
+    """A contestant's child driver, in a test: its turns' msg/s as the machine's speed and its
+    cost make them."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        self.name = cmd[cmd.index("--contestant") + 1]
+        self.cost = {"off": 0.0, "one": 0.02, "all": 0.12, "again": 0.0}[self.name]
+        self.answers: list[dict[str, object]] = [{"ready": True}]
+        self.ended = False
+
+    def begin(self, seconds: float | None = None) -> None:
+        _MACHINE.started.append((self.name, seconds))
+        if self.name == "off":  # the reference starts first: the speed of this moment
+            _MACHINE.now = next(_MACHINE.speeds)
+        now = _MACHINE.now
+        self.answers.append({"msgs_per_s": 10_000 * now * (1 - self.cost),
+                             "machine_cpu_us": 250.0, "processes_cpu_us": {"raylet": 1.0},
+                             "driver_cpu_us": 60 / now * (1 + self.cost),
+                             "hosts_cpu_us": 60 / now * (1 + self.cost),
+                             "p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0})
+
+    def answer(self) -> dict[str, object]:
+        return self.answers.pop(0)
+
+    def end(self) -> None:
+        self.ended = True
+
+
+def test_off_runs_beside_each_other_contestant_and_each_costs_what_it_costs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    children: list[_Child] = []
+
+    def child(cmd: list[str]) -> _Child:
+        children.append(_Child(cmd))
+        return children[-1]
+
+    async def settle() -> None:
+        return None
+
+    monkeypatch.setattr(turns, "Child", child)
+    monkeypatch.setattr(turns, "settle", settle)
+    monkeypatch.setattr(tracing, "CONTESTANTS", ("off", "one", "all", "again"))
+    _MACHINE.started.clear()
+    args = argparse.Namespace(rounds=2, turns=3, seconds=2.5, messages=5000, inflight=10)
+    got = asyncio.run(turns.side_by_side(tracing.CONTESTANTS, "addr", args, module="m",
+                                         show=lambda *_: None))
+    assert len(children) == 8  # 4 a round
+    assert all(child.ended for child in children)
+    # In each turn, off starts beside each other contestant, in alternating order.
+    started = _MACHINE.started
+    pairs = [(started[i][0], started[i + 1][0]) for i in range(0, len(started), 2)]
+    assert pairs[:6] == [("off", "one"), ("off", "all"), ("off", "again"),
+                         ("off", "again"), ("off", "all"), ("off", "one")]
+    assert {seconds for _, seconds in started} == {2.5}
+    assert [len(got[name]["turns"]) for name in ("one", "all", "again")] == [6, 6, 6]
+    assert len(got["off"]["turns_msgs_per_s"]) == 18
+    # The whole machine's figures are both contestants' together: neither's, left out.
+    assert not any(key in turn for name in ("one", "all", "again")
+                   for turn in (*got[name]["turns"], *got["off"]["beside"][name])
+                   for key in turns.MACHINE_FIGURES)
+    tracing.compare(got)
+    for name, cost in (("one", 0.02), ("all", 0.12), ("again", 0.0)):
+        assert got[name]["cost_vs_off"] == pytest.approx(cost, abs=1e-4)
+        assert got[name]["costs_vs_off"] == pytest.approx([cost] * 6, abs=1e-4)
+        low, high = got[name]["cost_interval"]
+        assert low <= got[name]["mean_cost_vs_off"] <= high
+        assert got[name]["cpu_cost_vs_off"] == pytest.approx(cost, abs=1e-4)
+
+
+def test_a_child_driver_measures_a_turn_for_each_line_it_is_told_until_its_input_ends(
+        tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio
+        from reach.bench.turns import serve
+
+        async def measure(turn, seconds):
+            return {"turn": turn, "seconds": seconds}
+
+        asyncio.run(serve(measure))
+        print("ended")
+    """), encoding="utf-8")
+    child = turns.Child([sys.executable, str(script)])
+    assert child.answer() == turns.READY
+    child.begin(1.5)
+    assert child.answer() == {"turn": 0, "seconds": 1.5}
+    child.begin()
+    assert child.answer() == {"turn": 1, "seconds": None}
+    child.end()
+    assert child.proc.returncode == 0
+
+
+def test_a_child_driver_that_fails_is_an_error_saying_what_it_said(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text("import sys\nprint('starting')\nsys.exit('no cluster here')\n",
+                      encoding="utf-8")
+    child = turns.Child([sys.executable, str(script)])
+    with pytest.raises(subprocess.CalledProcessError) as caught:
+        child.answer()
+    assert "no cluster here" in caught.value.stderr
+    child.end()
+
+
