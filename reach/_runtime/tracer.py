@@ -81,19 +81,18 @@ _V = TypeVar("_V")
 
 
 class _Tracing:
-    """Whether this process traces: ``tracer`` is None while it does not. ``drop_from`` is set
+    """Whether this process traces: ``tracer`` is None while it does not. ``drop_hex`` is set
     when the tracer's sampler is reach's own (parent-based, by trace ID ratio) and drops any
-    trace: a new trace is dropped when its trace ID's low 64 bits, as 8 big-endian bytes, are
-    at or above it (the ratio's bound), so that a trace sampled out is known without starting a
-    span for it. ``drop_hex`` is the same bound as 16 hex digits, for a trace ID of reach's own
-    making (its low 64 bits the last 16 of its 32 lowercase hex digits, compared as text)."""
+    trace: the ratio's bound as 16 lowercase hex digits. A new trace is dropped when its trace
+    ID's low 64 bits are at or above the bound: for a W3C ID (32 lowercase hex digits), when
+    its last 16 digits are, compared as text. So a trace sampled out is known without starting
+    a span for it."""
 
-    __slots__ = ("drop_from", "drop_hex", "tracer")
+    __slots__ = ("drop_hex", "tracer")
 
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
-        self.drop_from: bytes | None = None
-        self.drop_hex: str | None = None  # drop_from as 16 hex digits
+        self.drop_hex: str | None = None
 
 
 #: This process's tracing (see the module's docstring).
@@ -110,8 +109,7 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
     """
     TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
     bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
-    TRACING.drop_from = None if bound is None or bound >= _ID_SPACE else bound.to_bytes(8, "big")
-    TRACING.drop_hex = None if TRACING.drop_from is None else TRACING.drop_from.hex()
+    TRACING.drop_hex = None if bound is None or bound >= _ID_SPACE else f"{bound:016x}"
 
 
 def keeps(trace_id: int, bound: int) -> bool:
