@@ -30,9 +30,7 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -43,6 +41,7 @@ from reach.bench.anchors import connect, disconnect, gcs_address, kill, raw_acto
 from reach.bench.progress import Meter
 from reach.bench.quiet import process_stats, settle
 from reach.bench.results import add_out, write
+from reach.bench.turns import Child
 
 AGENTS = 20
 PAYLOAD = {"sku": "A-1024", "text": "蓝色羊毛围巾，手工编织，适合冬天 🧣", "qty": 2}
@@ -277,27 +276,22 @@ async def reach_round(args: argparse.Namespace, name: str, kind: str,
 def run_contestant(name: str, address: str, args: argparse.Namespace, round_: int, *,
                    module: str = "reach.bench.seed_scenario") -> dict[str, Any]:
     """Runs one round of a contestant as a driver of its own on the same cluster (``module``
-    with ``--contestant``), passing its progress lines on as they come; its figures are its
-    last line."""
+    with ``--contestant``, a :class:`~reach.bench.turns.Child`), passing its progress lines on
+    as they come; its figures are its line of JSON.
+
+    Raises:
+        subprocess.CalledProcessError: it failed (what it said on standard error is printed).
+    """
     cmd = [sys.executable, "-m", module, "--contestant", name,
            "--address", address, "--messages", str(args.messages),
            "--inflight", str(args.inflight), "--round", str(round_)]
-    figures = ""
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as err, subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=err, encoding="utf-8") as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("{"):
-                figures = line
-            else:
-                print(line, end="", flush=True)
-        if proc.wait() != 0 or not figures:
-            err.seek(0)
-            said = err.read()
-            print(said, end="", file=sys.stderr, flush=True)
-            raise subprocess.CalledProcessError(proc.returncode, cmd, figures, said)
-    result: dict[str, Any] = json.loads(figures)
-    return result
+    child = Child(cmd)
+    figures: dict[str, Any] | None = None
+    try:
+        figures = child.answer()
+    finally:
+        child.end(figures)
+    return figures
 
 
 async def best_rounds(contestants: Sequence[str], address: str, args: argparse.Namespace, *,

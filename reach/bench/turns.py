@@ -76,10 +76,14 @@ class Child:
                 return said
             print(line, end="", flush=True)
         self.proc.wait()
+        raise self._failure(None)
+
+    def _failure(self, output: str | None) -> subprocess.CalledProcessError:
+        """Prints what it said on standard error; the error saying it, with ``output``."""
         self._err.seek(0)
         err = self._err.read()
         print(err, end="", file=sys.stderr, flush=True)
-        raise subprocess.CalledProcessError(self.proc.returncode or 1, self.cmd, None, err)
+        return subprocess.CalledProcessError(self.proc.returncode or 1, self.cmd, output, err)
 
     def begin(self, seconds: float | None = None) -> None:
         """Has it start measuring one turn (of ``seconds``, or of its set number of messages);
@@ -88,9 +92,14 @@ class Child:
         self.proc.stdin.write(TURN + ("" if seconds is None else f" {seconds}") + "\n")
         self.proc.stdin.flush()
 
-    def end(self) -> None:
+    def end(self, answered: dict[str, Any] | None = None) -> None:
         """Ends its input (it stops its agents and ends) and waits for it; kills it when it
-        has not ended within a minute."""
+        has not ended within a minute.
+
+        Raises:
+            subprocess.CalledProcessError: with ``answered`` (its last answer, to check), it
+                ended in failure (what it said on standard error is printed and in the error).
+        """
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             with contextlib.suppress(BrokenPipeError):  # ended already
                 self.proc.stdin.close()
@@ -99,9 +108,13 @@ class Child:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self._err.close()
+        try:
+            if answered is not None and self.proc.returncode != 0:
+                raise self._failure(json.dumps(answered))
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            self._err.close()
 
 
 def child_command(module: str, name: str, address: str, args: argparse.Namespace,

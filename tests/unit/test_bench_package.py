@@ -471,3 +471,15 @@ def test_a_child_driver_that_fails_is_an_error_saying_what_it_said(tmp_path: Pat
     child.end()
 
 
+def test_a_round_that_answers_and_then_fails_is_an_error_all_the_same(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text("import sys\nprint('{\"msgs_per_s\": 1.0}', flush=True)\n"
+                      "sys.exit('closing failed')\n", encoding="utf-8")
+    child = turns.Child([sys.executable, str(script)])
+    answered = child.answer()
+    assert answered == {"msgs_per_s": 1.0}
+    with pytest.raises(subprocess.CalledProcessError) as caught:
+        child.end(answered)
+    assert "closing failed" in caught.value.stderr
+
+
