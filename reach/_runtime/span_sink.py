@@ -11,6 +11,8 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 
+import msgpack
+
 from reach.spans import AttrValue, SpanBatch, SpanRow, pack_row
 
 log = logging.getLogger("reach._runtime.span_sink")
@@ -37,6 +39,8 @@ BATCH_SPANS, BATCH_DELAY_S = 4096, 2.0
 #: The loop running in this thread, or None (asyncio's low-level getter: it never raises; it
 #: asks the system for the process's ID each time, so a span's end does not call it).
 _running_loop = asyncio._get_running_loop
+#: Packs a row (no hook: packing runs no Python code, so no other thread interleaves).
+_pack = msgpack.Packer().pack
 
 
 class SpanSink:
@@ -73,6 +77,21 @@ class SpanSink:
         attributes it shares with others (``shared``: one object for all of them, never
         changed, sent once per batch; its own attributes, in ``row``, win over them). A row
         that cannot be packed is dropped (counted)."""
+        with self._lock:
+            if len(self._rows) >= STORE_QUEUE:
+                self.dropped += 1
+                return
+            if shared is not None:
+                row = (*row, self._index(shared))
+            full = self._hold(pack_row(row))
+        self._check_due(full)
+
+    def add_short(self, trace_hex: str, span_hex: str, parent_hex: str | None, name: str,  # noqa: PLR0917 - a span's fields
+                  kind: str, start_ns: int, end_ns: int, attributes: tuple[str | AttrValue, ...],
+                  shared: SharedAttributes | None) -> None:
+        """:meth:`add` of a short row (a send's or a handler's span: status unset, no events or
+        links, its own attributes a flat tuple), given as its fields: its row is made here,
+        with its shared set's index, as one tuple (every span that reach starts ends here)."""
         lock = self._lock
         lock.acquire()  # (not ``with``: half the time, on every span)
         try:
@@ -80,23 +99,51 @@ class SpanSink:
             if len(rows) >= STORE_QUEUE:
                 self.dropped += 1
                 return
-            if shared is not None:
+            if shared is None:
+                row: SpanRow = (trace_hex, span_hex, parent_hex, name, kind, start_ns, end_ns,
+                                attributes)
+            else:  # (_index(), inline)
                 index = self._shared_index.get(id(shared))
                 if index is None:
-                    index = self._shared_index[id(shared)] = len(self._shared)
-                    self._shared.append(shared)
-                row = (*row, index)
-            packed = pack_row(row)
-            if packed is None:
-                self.dropped += 1
-                return
-            rows.append(packed)
+                    index = self._index(shared)
+                row = (trace_hex, span_hex, parent_hex, name, kind, start_ns, end_ns,
+                       attributes, index)
+            try:  # (pack_row() and _hold(), inline: the first try)
+                rows.append(_pack(row))
+            except (TypeError, ValueError, OverflowError):
+                self._hold(pack_row(row))
             full = len(rows) >= BATCH_SPANS
         finally:
             lock.release()
-        # A batch is due on a live loop, unless none is yet, or this one is full, or the loop
-        # it is due on has ended (a driver's asyncio.run over: the next one sends it). A span
-        # that ends on another thread leaves with the batch due, or has one made due.
+        # (_check_due(), inline)
+        if (self._due is None or (full and not self._soon)
+                or self.loop.is_closed()):  # type: ignore[union-attr]
+            self._schedule(full)
+
+    def _index(self, shared: SharedAttributes) -> int:
+        """The index of ``shared`` in the table the rows held name (added when new; under the
+        lock)."""
+        index = self._shared_index.get(id(shared))
+        if index is None:
+            index = self._shared_index[id(shared)] = len(self._shared)
+            self._shared.append(shared)
+        return index
+
+    def _hold(self, packed: bytes | None) -> bool:
+        """Holds a packed row (None: one that could not be packed, dropped and counted); whether
+        a batch is full now (under the lock)."""
+        if packed is None:
+            self.dropped += 1
+            return False
+        rows = self._rows
+        rows.append(packed)
+        return len(rows) >= BATCH_SPANS
+
+    def _check_due(self, full: bool) -> None:
+        """Has a batch made due when it must be: unless one is on a live loop, or this one is
+        full (``full``), or the loop it is due on has ended (a driver's asyncio.run over: the
+        next one sends it). A span that ends on another thread leaves with the batch due, or
+        has one made due."""
         if (self._due is None or (full and not self._soon)
                 or self.loop.is_closed()):  # type: ignore[union-attr]
             self._schedule(full)

@@ -251,8 +251,8 @@ class StoreSpan(Span):
         status, attributes = self._status, self._attributes
         if (type(attributes) is tuple and status is _UNSET and self._events is None
                 and self._links is None):  # (a send's, a handler's) a short row
-            sink.add((self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
-                      self._start_ns, end, attributes), self._shared)
+            sink.add_short(self.trace_hex, self.span_hex, self._parent, self._name, self._kind,
+                           self._start_ns, end, attributes, self._shared)
             return
         code, text = ("unset", "") if status is _UNSET else (
             _STATUSES[status.status_code], status.description or "")

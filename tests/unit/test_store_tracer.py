@@ -409,18 +409,23 @@ def test_a_value_msgpack_refuses_goes_as_its_text_and_a_row_with_none_is_lost_al
         sink.add([*row(1)[:9], {"odd": Odd(), "huge": 1 << 70}, None, None])  # as their text
         sink.add([*row(2)[:9], {"odd": Odd(fails=True)}, None, None])  # not even so
         sink.add(row(3), {"reach.agent_id": "stt-x"})
+        # A short row's own attributes too (a send's or a handler's span: reach's own scalars).
+        sink.add_short(TRACE, f"{6:016x}", None, "x", "client", 6, 7, ("huge", 1 << 70), None)
+        sink.add_short(TRACE, f"{7:016x}", None, "x", "client", 7, 8, ("odd", Odd(fails=True)),
+                       {"reach.agent_id": "stt-x"})  # not even so
         sink.flush()
-        assert sink.dropped == 1
+        assert sink.dropped == 2
 
         sink.add(row(4), {"odd": Odd(fails=True)})  # a shared set not even so: sent empty
         sink.flush()
 
     run(scenario)
     batch, other = batches
-    assert batch.span_count() == 3
-    assert [r.span_id for r in batch] == [row(n)[1] for n in (0, 1, 3)]
+    assert batch.span_count() == 4
+    assert [r.span_id for r in batch] == [*(row(n)[1] for n in (0, 1, 3)), f"{6:016x}"]
     assert batch[1].attributes == {"odd": "odd", "huge": str(1 << 70)}
     assert batch[2].attributes == {"reach.agent_id": "stt-x"}
+    assert batch[3].attributes == {"huge": str(1 << 70)}
     assert [(r.span_id, r.attributes) for r in other] == [(row(4)[1], {})]
 
 
