@@ -346,11 +346,23 @@ def test_an_envelope_carries_w3c_trace_context_when_given_one() -> None:
     assert (env.trace_id, env.span_id, env.trace_flags) == (TRACE, SPAN, 1)
 
 
+@pytest.mark.parametrize("trace_id", [
+    TRACE, TRACE.upper(), "0" * 32, "0" * 31 + "1", TRACE[:-1], TRACE + "0", TRACE[:-1] + "g",
+    " " + TRACE[1:], TRACE[:30] + " 1", "", "4bf92f35-77b3-4da6-a3ce-929d0e0e4736", "٠" * 32])
+@pytest.mark.parametrize("span_id", [
+    SPAN, SPAN.upper(), "0" * 16, "0" * 15 + "1", SPAN[:-1], SPAN + "0", SPAN[:-1] + "x", "",
+    SPAN[:14] + " 7", "٠" * 16])
+def test_a_trace_context_is_w3c_s_when_both_its_ids_are(trace_id: str, span_id: str) -> None:
+    assert protocol.w3c_context(trace_id, span_id) is (
+        protocol.match_trace_id(trace_id) and protocol.match_span_id(span_id))
+
+
 def test_parsing_an_envelope_validates_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
     checked: list[str] = []
-    match = protocol.match_span_id
-    monkeypatch.setattr(protocol, "match_span_id",
-                        lambda span_id: checked.append(span_id) or match(span_id))
+    match = protocol.w3c_context
+    monkeypatch.setattr(protocol, "w3c_context",
+                        lambda trace_id, span_id: checked.append(span_id) or match(trace_id,
+                                                                                   span_id))
     env = Envelope.parse(fields(trace_id=TRACE, span_id=SPAN, trace_flags=1))
     assert checked == [SPAN]  # (pydantic called the model's own __init__ too: twice)
     assert Envelope(**env.model_dump()) == env
