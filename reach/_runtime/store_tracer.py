@@ -282,6 +282,7 @@ class StoreTracer(Tracer):
 
     Attributes:
         sink: Where its spans go as they end (None: nowhere).
+        bound: Its ratio's bound: a new trace is kept when its ID's low 64 bits are below it.
 
     Args:
         sink: Where its spans go as they end (None: nowhere).
@@ -290,7 +291,7 @@ class StoreTracer(Tracer):
 
     def __init__(self, sink: SpanSink | None, ratio: float) -> None:
         self.sink = sink
-        self._bound = round(ratio * _ID_SPACE)
+        self.bound = round(ratio * _ID_SPACE)
 
     def start_span(self, name: str, context: Context | None = None,  # noqa: PLR0917 - the API's
                    kind: SpanKind = SpanKind.INTERNAL, attributes: types.Attributes = None,
@@ -344,7 +345,7 @@ class StoreTracer(Tracer):
         """A span that starts a trace, of ``seed`` (its hex text ``trace_hex`` when known) or
         with ``seed`` 0, of a random ID: kept by the ratio."""
         trace_id = seed or random.getrandbits(128) or 1
-        if trace_id & (_ID_SPACE - 1) >= self._bound:
+        if trace_id & (_ID_SPACE - 1) >= self.bound:
             return NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False,
                                                 _FLAGS[_RANDOM]))
         return StoreSpan(self.sink, name, kind, trace_hex or f"{trace_id:032x}", None,

@@ -105,10 +105,15 @@ def use(provider: TracerProvider | None, ratio: float | None = None) -> None:
     Args:
         provider: The tracer provider.
         ratio: The ratio of the provider's sampler, when it is reach's own (parent-based, by
-            trace ID ratio, as OpenTelemetry's ``TraceIdRatioBased``); None for any other.
+            trace ID ratio, as OpenTelemetry's ``TraceIdRatioBased``); None for any other. A
+            :class:`~reach._runtime.store_tracer.StoreTracer`'s own ratio is its sampler's.
     """
-    TRACING.tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
-    bound = None if provider is None or ratio is None else round(ratio * _ID_SPACE)
+    tracer = None if provider is None else provider.get_tracer(TRACER_NAME, __version__)
+    if type(tracer) is StoreTracer:  # reach's sampler, of the tracer's own ratio
+        bound: int | None = tracer.bound
+    else:
+        bound = None if tracer is None or ratio is None else round(ratio * _ID_SPACE)
+    TRACING.tracer = tracer
     TRACING.drop_hex = None if bound is None or bound >= _ID_SPACE else f"{bound:016x}"
 
 
@@ -170,7 +175,7 @@ def traced(env: Envelope, span: Span) -> Envelope:
                                   int(ctx.trace_flags))
 
 
-def start_send(  # noqa: PLR0917 - every send runs it: all inline
+def start_send(  # noqa: PLR0912, PLR0917 - every send runs it: all inline
         tracer: Tracer, env: Envelope, capability: str | None = None,
         parent: Envelope | None = None, fresh: bool = False,
         made: bool = False) -> tuple[Span, Envelope]:
@@ -193,7 +198,7 @@ def start_send(  # noqa: PLR0917 - every send runs it: all inline
             32 lowercase hex digits), read as it is rather than checked.
     """
     current = current_span()
-    seed, new = 0, False
+    seed, new, kept = 0, False, False
     if type(current) is not StoreSpan:  # (one is recording: its trace is sampled)
         # (no current span, the usual case outside handlers: its context is the invalid one)
         ctx = None if current is INVALID_SPAN else current.get_span_context()
@@ -205,19 +210,24 @@ def start_send(  # noqa: PLR0917 - every send runs it: all inline
             return out, env if dropped(env) else traced(env, out)
         else:  # a new trace: one that reach's sampler drops goes as it is (see dropped)
             new, trace_id = True, env.trace_id
-            # (dropped() and trace_int(), inline: every send asks; an ID reach made for it is
-            # read as it is, any other checked to be a W3C one)
+            # (dropped() and the sampler's decision, inline: every send asks; an ID reach made
+            # for it is read as it is, any other checked to be a W3C one)
             if trace_id != _NO_TRACE if made else match_trace_id(trace_id):
                 drop_hex = TRACING.drop_hex
-                if drop_hex is not None and env.span_id is None and trace_id[16:] >= drop_hex:
+                if drop_hex is None or trace_id[16:] < drop_hex:  # reach's sampler keeps it
+                    kept = True
+                elif env.span_id is None:
                     return INVALID_SPAN, env
-                seed = int(trace_id, 16)
+                else:
+                    seed = int(trace_id, 16)
     key = (env.sender, env.receiver, env.msg_type, capability)
     shared, name = _SENDS.get(key) or _send_shared(key)
     own: OwnAttributes = () if env.session_id is None else (_SESSION_ID, env.session_id)
     if type(tracer) is not StoreTracer:
         span = start(tracer, name, SpanKind.CLIENT, context=None, trace_id=env.trace_id,
                      attributes={**shared, **own_map(own)})
+    elif kept:  # (tracer.root(), inline: its sampler's decision is made)
+        span = StoreSpan(tracer.sink, name, "client", env.trace_id, None, KEPT_FLAGS, own, shared)
     elif new:
         span = tracer.root(name, "client", seed, env.trace_id if seed else None, own, shared)
     else:

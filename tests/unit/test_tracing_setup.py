@@ -21,12 +21,13 @@ from opentelemetry.trace import (
     SpanKind,
     Status,
     StatusCode,
+    TraceFlags,
 )
 
 import reach
 import reach._runtime
 from reach._runtime.span_export import SeededIds, StoreExporter, to_record
-from reach._runtime.store_tracer import StoreTracerProvider
+from reach._runtime.store_tracer import StoreSpan, StoreTracerProvider
 from reach._runtime.trace_setup import check_installed, install, setup
 from reach._runtime.tracer import (
     TRACING,
@@ -198,8 +199,9 @@ def test_reach_s_sampler_drops_what_the_sdk_s_ratio_sampler_does_not_keep(ratio:
     bound = sampler.bound  # the edges: just below, at and above the bound, low and high halves
     ids += [(high << 64) | low for high in (1, 2**64 - 1)
             for low in (0, 1, max(bound - 1, 0), bound, min(bound + 1, 2**64 - 1), 2**64 - 1)]
+    # (reach's own tracer is used with no ratio given: its sampler's is its own)
     use(StoreTracerProvider(ratio, None) if store else TracerProvider(
-        sampler=ParentBased(sampler), id_generator=SeededIds()), ratio)
+        sampler=ParentBased(sampler), id_generator=SeededIds()), None if store else ratio)
     try:
         for trace_id in ids:
             env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0",
@@ -215,6 +217,10 @@ def test_reach_s_sampler_drops_what_the_sdk_s_ratio_sampler_does_not_keep(ratio:
                 span.end()
                 assert (sent.span_id is not None) is kept, f"{trace_id:032x}"
                 assert sent.trace_id == env.trace_id
+                if kept and store:  # a span of the envelope's trace, sampled, of a random ID
+                    assert type(span) is StoreSpan
+                    assert span.trace_hex == env.trace_id
+                    assert sent.trace_flags == int(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
     finally:
         use(None)
 
