@@ -61,6 +61,10 @@ def operations(var: ContextVar[Context] | None) -> tuple[
 #: ``enter(span)`` makes ``span`` current until ``leave`` is given what it returned (in the same
 #: task or thread).
 current_span, enter, leave = operations(runtime_variable())
+#: The current context (``context.get_current()``), which holds the current span under
+#: :data:`SPAN_KEY`: empty, and so false, where no span is current and nothing else was set (a
+#: question some four times quicker than :func:`current_span`'s).
+context_now: Callable[[], Context] = getattr(runtime_variable(), "get", otel_context.get_current)
 
-__all__ = ["SPAN_KEY", "Token", "current_span", "enter", "leave", "operations",
+__all__ = ["SPAN_KEY", "Token", "context_now", "current_span", "enter", "leave", "operations",
            "runtime_variable"]

@@ -48,7 +48,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from reach._runtime.current_span import current_span
+from reach._runtime.current_span import SPAN_KEY, context_now, current_span
 from reach._runtime.store_tracer import (
     KEPT_FLAGS,
     SEED,
@@ -298,7 +298,8 @@ def dropped_new(env: Envelope) -> bool:
     drop_hex = TRACING.drop_hex
     trace_id = env.trace_id
     return (drop_hex is not None and trace_id[16:] >= drop_hex and trace_id != _NO_TRACE
-            and current_span() is INVALID_SPAN)
+            and (not (context := context_now())  # (no span current, asked quickly)
+                 or context.get(SPAN_KEY, INVALID_SPAN) is INVALID_SPAN))
 
 
 def sampled_out(env: Envelope) -> bool:

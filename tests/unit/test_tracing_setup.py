@@ -9,12 +9,13 @@ import random
 import sys
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import baggage, context, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import (
+    INVALID_SPAN,
     Link,
     NonRecordingSpan,
     SpanContext,
@@ -258,6 +259,13 @@ def test_a_send_under_a_current_span_is_of_its_trace_whatever_its_own_id() -> No
         assert tracer is not None
         env = reach.Envelope.request("tru-a", "tru-b", {"text": "x"}, "tru.ask@1.0")
         assert dropped_new(env)
+        token = context.attach(baggage.set_baggage("tenant", "t-1"))  # a context, no span in it
+        try:
+            assert dropped_new(env)
+            with trace.use_span(INVALID_SPAN):  # the invalid span, current
+                assert dropped_new(env)
+        finally:
+            context.detach(token)
         outer = NonRecordingSpan(SpanContext(int(TRACE, 16), 0x00F067AA0BA902B7, False))
         with trace.use_span(outer):
             assert not dropped_new(env)
