@@ -60,7 +60,6 @@ def w3c_id_bytes(text: str, size: int) -> bytes | None:
     return raw if len(raw) == size and raw != _ZEROS[size] and raw.hex() == text else None
 
 
-
 def w3c_context(trace_id: str, span_id: str) -> bool:
     """Whether ``trace_id`` and ``span_id`` are a W3C trace ID and span ID (as
     :func:`match_trace_id` and :func:`match_span_id` say, both at once: every traced envelope
